@@ -1,0 +1,175 @@
+// compat.h — the one place where remat absorbs differences between LibTorch
+// versions (private header; never included from include/remat/).
+//
+// Supported: Debian's libtorch-dev 1.13.1 (CPU) and PyTorch 2.x LibTorch (CPU
+// or CUDA). Every other source file uses only what this header exposes, so a
+// new LibTorch version means editing one section here and nothing else.
+//
+// Sections (keep each small; add new ones at the end with the same banner):
+//   1. Version test
+//   2. CPU allocator interface  (allocate() constness, copy_data())
+//   3. CUDA caching-allocator statistics (compiled only with CUDA LibTorch)
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <torch/version.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+// ===== 1. Version test
+// ========================================================
+
+/// True when the LibTorch being compiled against is at least major.minor.
+#define REMAT_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||        \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+// ===== 2. CPU allocator interface ============================================
+//
+// 1.13 - 2.2: `DataPtr allocate(size_t) const` is the only pure virtual.
+// 2.3+:       `DataPtr allocate(size_t)` (not const) and a pure virtual
+//             `copy_data(dest, src, count) const`.
+// Wrapping allocators derive from compat::WrappingAllocator and implement
+// allocate_bytes(); copy_data is forwarded to the wrapped allocator.
+
+namespace remat::compat {
+
+/// Base of an allocator that forwards to another allocator.
+class WrappingAllocator : public c10::Allocator {
+ public:
+  explicit WrappingAllocator(c10::Allocator* wrapped) : wrapped_(wrapped) {}
+
+#if REMAT_TORCH_AT_LEAST(2, 3)
+  c10::DataPtr allocate(size_t nbytes) override {
+    return allocate_bytes(nbytes);
+  }
+  void copy_data(
+      void* dest, const void* src, std::size_t count) const override {
+    wrapped_->copy_data(dest, src, count);
+  }
+#else
+  c10::DataPtr allocate(size_t nbytes) const override {
+    return allocate_bytes(nbytes);
+  }
+#endif
+
+  /// The allocator this one forwards to.
+  c10::Allocator* wrapped() const {
+    return wrapped_;
+  }
+
+ protected:
+  /// Allocates nbytes; what allocate() does in every LibTorch version.
+  virtual c10::DataPtr allocate_bytes(size_t nbytes) const = 0;
+
+ private:
+  c10::Allocator* wrapped_;
+};
+
+}  // namespace remat::compat
+
+// ===== 3. CUDA caching-allocator statistics
+// ===================================
+//
+// Compiled only when the build defines REMAT_WITH_CUDA (the CMake sets it when
+// the Torch package was built with CUDA) and the header exists; chosen at run
+// time by the caller. DeviceStats moved between namespaces over 2.x, so only
+// `auto` and the aggregate index (StatType::AGGREGATE == 0 in every version)
+// are relied upon.
+
+#if defined(REMAT_WITH_CUDA) && __has_include(<c10/cuda/CUDACachingAllocator.h>)
+#define REMAT_HAS_CUDA 1
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+namespace remat::compat {
+
+/// Allocated bytes of the CUDA caching allocator on one device.
+struct CudaAllocatedBytes {
+  int64_t current_bytes = 0;
+  int64_t peak_bytes = 0;  // since process start or the last peak reset
+};
+
+inline CudaAllocatedBytes cuda_allocated_bytes(c10::DeviceIndex device) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  const auto& aggregate = stats.allocated_bytes[0];  // StatType::AGGREGATE
+  return {aggregate.current, aggregate.peak};
+}
+
+inline void cuda_reset_peak(c10::DeviceIndex device) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(device);
+}
+
+inline int64_t cuda_device_count() {
+  return static_cast<int64_t>(c10::cuda::device_count());
+}
+
+inline c10::DeviceIndex cuda_current_device() {
+  return c10::cuda::current_device();
+}
+
+}  // namespace remat::compat
+#else
+#define REMAT_HAS_CUDA 0
+#endif
+
+// ===== 4. Autocast state
+// ======================================================
+//
+// 1.13 - 2.3: per-backend functions (is_enabled / is_cpu_enabled,
+//             get_autocast_gpu_dtype / get_autocast_cpu_dtype, ...).
+// 2.4+:       device-type-indexed functions (is_autocast_enabled(DeviceType),
+//             get_autocast_dtype(DeviceType), ...); the old ones are
+//             deprecated.
+// Checkpoint recomputation captures and re-applies the whole state
+// (NOTE: [Recompute and RNG] in replay.h).
+
+#include <ATen/autocast_mode.h>
+
+namespace remat::compat {
+
+/// The thread's autocast state for CPU and CUDA.
+struct AutocastState {
+  bool cpu_enabled = false;
+  bool cuda_enabled = false;
+  c10::ScalarType cpu_dtype = c10::kBFloat16;
+  c10::ScalarType cuda_dtype = c10::kHalf;
+  bool cache_enabled = true;
+
+  static AutocastState capture() {
+    AutocastState state;
+#if REMAT_TORCH_AT_LEAST(2, 4)
+    state.cpu_enabled = at::autocast::is_autocast_enabled(c10::DeviceType::CPU);
+    state.cuda_enabled =
+        at::autocast::is_autocast_enabled(c10::DeviceType::CUDA);
+    state.cpu_dtype = at::autocast::get_autocast_dtype(c10::DeviceType::CPU);
+    state.cuda_dtype = at::autocast::get_autocast_dtype(c10::DeviceType::CUDA);
+#else
+    state.cpu_enabled = at::autocast::is_cpu_enabled();
+    state.cuda_enabled = at::autocast::is_enabled();
+    state.cpu_dtype = at::autocast::get_autocast_cpu_dtype();
+    state.cuda_dtype = at::autocast::get_autocast_gpu_dtype();
+#endif
+    state.cache_enabled = at::autocast::is_autocast_cache_enabled();
+    return state;
+  }
+
+  void apply() const {
+#if REMAT_TORCH_AT_LEAST(2, 4)
+    at::autocast::set_autocast_enabled(c10::DeviceType::CPU, cpu_enabled);
+    at::autocast::set_autocast_enabled(c10::DeviceType::CUDA, cuda_enabled);
+    at::autocast::set_autocast_dtype(c10::DeviceType::CPU, cpu_dtype);
+    at::autocast::set_autocast_dtype(c10::DeviceType::CUDA, cuda_dtype);
+#else
+    at::autocast::set_cpu_enabled(cpu_enabled);
+    at::autocast::set_enabled(cuda_enabled);
+    at::autocast::set_autocast_cpu_dtype(cpu_dtype);
+    at::autocast::set_autocast_gpu_dtype(cuda_dtype);
+#endif
+    at::autocast::set_autocast_cache_enabled(cache_enabled);
+  }
+};
+
+}  // namespace remat::compat
