@@ -1,0 +1,91 @@
+// remat/planner/chain.h: the cost model of a sequential network (a chain).
+//
+// A chain is stages 0..L-1; stage i maps value x_i to x_{i+1}. x_0 is the chain
+// input (input_bytes), x_{i+1} is the output of stage i (output_bytes of stage
+// i). A Chain is immutable and validated once at construction, so solvers and
+// simulate() never see negative, non-finite or overflowing costs.
+// See docs/planner.md and the design note at the top of
+// src/planner/simulate.cpp for how these numbers are used.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace remat::planner {
+
+/// Measured costs of one stage of a chain (what `remat::profile_chain`
+/// measures). All byte fields are >= 0; times are finite and >= 0.
+///
+/// Example:
+///   StageCost linear{/*forward_ms=*/0.2, /*backward_ms=*/0.4,
+///                    /*output_bytes=*/4096, /*saved_bytes=*/4096};
+struct StageCost {
+  /// Forward time of the stage with nothing recorded, in milliseconds.
+  double forward_ms = 0;
+  /// Backward time of the stage given its recorded tensors, in milliseconds.
+  double backward_ms = 0;
+  /// Size of the stage output x_{i+1} in bytes (also the size of its
+  /// gradient). Keeping it as a checkpoint costs this much.
+  int64_t output_bytes = 0;
+  /// Bytes a recorded forward (kForwardRecord) leaves alive until the stage's
+  /// backward: everything autograd keeps for the backward, INCLUDING the stage
+  /// output and EXCLUDING the stage input (which the model holds separately).
+  /// Measured as live bytes after a recorded forward minus live bytes before
+  /// it. Usually >= output_bytes.
+  int64_t saved_bytes = 0;
+  /// Transient extra bytes inside the forward, on top of the bytes held before
+  /// the forward plus what it produces. Default: 0.
+  int64_t forward_tmp_bytes = 0;
+  /// Transient extra bytes inside the backward, on top of the bytes held before
+  /// the backward plus the gradient it produces. Default: 0.
+  int64_t backward_tmp_bytes = 0;
+};
+
+/// A validated, immutable chain of stage costs.
+///
+/// Example:
+///   Chain chain({StageCost{1, 2, 100, 150}, StageCost{1, 2, 100, 100}},
+///               /*input_bytes=*/100);
+///   int64_t n = chain.size();  // 2
+class Chain {
+ public:
+  /// Throws std::invalid_argument, naming the stage index and the field, if
+  /// `stages` is empty, any byte field or `input_bytes` is negative, any time
+  /// is negative or not finite, or the byte sizes summed over the chain
+  /// (2 * input_bytes + sum of 2 * output_bytes + saved_bytes +
+  /// forward_tmp_bytes + backward_tmp_bytes) exceed INT64_MAX / 4, or the
+  /// summed times are not finite.
+  Chain(std::vector<StageCost> stages, int64_t input_bytes);
+
+  /// Number of stages L (>= 1).
+  int64_t size() const {
+    return static_cast<int64_t>(stages_.size());
+  }
+  /// Costs of stage `index`. Throws std::out_of_range unless
+  /// 0 <= index < size().
+  const StageCost& stage(int64_t index) const;
+  /// All stages, in order.
+  const std::vector<StageCost>& stages() const {
+    return stages_;
+  }
+  /// Size of the chain input x_0 in bytes.
+  int64_t input_bytes() const {
+    return input_bytes_;
+  }
+  /// Size in bytes of value x_index (and of its gradient): input_bytes() for
+  /// index 0, else stage(index - 1).output_bytes. Throws std::out_of_range
+  /// unless 0 <= index <= size().
+  int64_t value_bytes(int64_t index) const;
+
+ private:
+  std::vector<StageCost> stages_;
+  int64_t input_bytes_;
+};
+
+bool operator==(const StageCost& lhs, const StageCost& rhs);
+bool operator!=(const StageCost& lhs, const StageCost& rhs);
+/// Chains are equal when their input size and all stage costs are equal.
+bool operator==(const Chain& lhs, const Chain& rhs);
+bool operator!=(const Chain& lhs, const Chain& rhs);
+
+}  // namespace remat::planner

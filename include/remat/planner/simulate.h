@@ -1,0 +1,109 @@
+// remat/planner/simulate.h: replay a plan on the cost model.
+//
+// simulate() is the single definition of what a plan costs: its validity, its
+// peak bytes and its time. Every solver's claim is checked against it, and the
+// LibTorch runtime executes plans so that the measured activation peak matches
+// it. The memory model is defined in docs/planner.md ("The memory model") and
+// in the design note at the top of src/planner/simulate.cpp.
+//
+// Replay is the same machine one op at a time, for callers that execute a plan
+// step by step (the runtime) or search over op sequences (tests).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "remat/planner/chain.h"
+#include "remat/planner/plan.h"
+
+namespace remat::planner {
+
+/// The outcome of simulate().
+struct Simulation {
+  /// True when the plan follows every rule and runs every backward.
+  bool valid = false;
+  /// Empty when valid; otherwise the first broken rule, naming the op index
+  /// and the op, e.g. "op 3 (B1): backward of stage 1, which is not recorded".
+  std::string error;
+  /// Highest live bytes at any point (the chain input x_0 included; see the
+  /// memory model). For an invalid plan: the peak of the ops before the error.
+  int64_t peak_bytes = 0;
+  /// Sum of forward_ms of every forward op and backward_ms of every backward
+  /// op, in milliseconds. For an invalid plan: time of the ops before the
+  /// error.
+  double time_ms = 0;
+};
+
+/// Replays `plan` on `chain` and reports validity, peak bytes and time.
+/// Never throws for a bad plan (a bad plan is an expected outcome: valid is
+/// false and error says why).
+///
+/// Example:
+///   Simulation sim = simulate(chain, solve_sqrt(chain));
+///   if (!sim.valid) std::cerr << sim.error;
+Simulation simulate(const Chain& chain, const Plan& plan);
+
+/// The simulate() state machine, one op at a time. Copyable (cheap for short
+/// chains), so a search can branch on it.
+///
+/// Example:
+///   Replay replay(chain);
+///   for (const Op& op : plan.ops) {
+///     if (std::string error = replay.apply(op); !error.empty()) { ... }
+///   }
+///   bool done = replay.finished();
+class Replay {
+ public:
+  /// Where a value x_v is held.
+  enum class Holding : uint8_t {
+    kAbsent,    ///< not held
+    kLoose,     ///< held standalone; dropped by the next forward that reads it
+    kKept,      ///< held standalone until the backward of stage v (x_0: always)
+    kInRecord,  ///< held inside the record of stage v - 1
+  };
+
+  /// Starts before the first op: only x_0 is held.
+  explicit Replay(const Chain& chain);
+
+  /// Applies `op`. Returns "" on success; otherwise the broken rule (without
+  /// an op index prefix) and leaves the state unchanged.
+  std::string apply(const Op& op);
+  /// True once the backward of stage 0 has run.
+  bool finished() const {
+    return next_backward_ < 0;
+  }
+  /// Bytes live now (x_0 included).
+  int64_t current_bytes() const {
+    return current_bytes_;
+  }
+  /// Highest live bytes so far, including transients inside ops.
+  int64_t peak_bytes() const {
+    return peak_bytes_;
+  }
+  /// Time of the ops applied so far, in milliseconds.
+  double time_ms() const {
+    return time_ms_;
+  }
+  /// The stage whose backward must run next; -1 once finished().
+  int64_t next_backward_stage() const {
+    return next_backward_;
+  }
+  /// Where x_`value` is held, 0 <= value <= chain size. Throws
+  /// std::out_of_range otherwise.
+  Holding holding(int64_t value) const;
+  /// Whether stage `stage` is recorded now. Throws std::out_of_range unless
+  /// 0 <= stage < chain size.
+  bool recorded(int64_t stage) const;
+
+ private:
+  const Chain* chain_;
+  std::vector<Holding> holding_;  // size L + 1, indexed by value
+  std::vector<bool> recorded_;    // size L, indexed by stage
+  int64_t next_backward_;
+  int64_t current_bytes_;
+  int64_t peak_bytes_;
+  double time_ms_ = 0;
+};
+
+}  // namespace remat::planner

@@ -1,0 +1,136 @@
+// Chain: validation of the cost model at construction.
+//
+// Invariant after construction: at least one stage; every byte field and the
+// input size >= 0; every time finite and >= 0; the byte total (see chain.h)
+// <= INT64_MAX / 4 so that simulate() and the solvers can add any handful of
+// sizes without overflow; the total time is finite.
+#include "remat/planner/chain.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace remat::planner {
+namespace {
+
+constexpr int64_t kByteTotalLimit = std::numeric_limits<int64_t>::max() / 4;
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::invalid_argument("remat::planner::Chain: " + what);
+}
+
+void check_bytes(int64_t stage, const char* field, int64_t value) {
+  if (value < 0) {
+    fail(
+        "stage " + std::to_string(stage) + " " + field +
+        ": expected >= 0, got " + std::to_string(value));
+  }
+}
+
+void check_ms(int64_t stage, const char* field, double value) {
+  if (!std::isfinite(value) || value < 0) {
+    fail(
+        "stage " + std::to_string(stage) + " " + field +
+        ": expected a finite value >= 0, got " + std::to_string(value));
+  }
+}
+
+// Adds `weight * value` to `total`, failing (naming stage and field) if the
+// total passes kByteTotalLimit. REQUIRES: total, value >= 0; weight 1 or 2.
+void add_bytes(
+    int64_t& total,
+    int64_t stage,
+    const char* field,
+    int64_t value,
+    int64_t weight) {
+  if (value > (kByteTotalLimit - total) / weight) {
+    fail(
+        "stage " + std::to_string(stage) + " " + field + ": " +
+        std::to_string(value) +
+        " makes the chain's byte total exceed INT64_MAX / 4");
+  }
+  total += weight * value;
+}
+
+}  // namespace
+
+Chain::Chain(std::vector<StageCost> stages, int64_t input_bytes)
+    : stages_(std::move(stages)), input_bytes_(input_bytes) {
+  if (stages_.empty()) {
+    fail("expected at least one stage, got an empty chain");
+  }
+  if (input_bytes_ < 0) {
+    fail("input_bytes: expected >= 0, got " + std::to_string(input_bytes_));
+  }
+  int64_t byte_total = 0;
+  if (input_bytes_ > kByteTotalLimit / 2) {
+    fail(
+        "input_bytes: " + std::to_string(input_bytes_) +
+        " makes the chain's byte total exceed INT64_MAX / 4");
+  }
+  byte_total = 2 * input_bytes_;
+  double total_ms = 0;
+  for (int64_t i = 0; i < size(); ++i) {
+    const StageCost& s = stages_[i];
+    check_ms(i, "forward_ms", s.forward_ms);
+    check_ms(i, "backward_ms", s.backward_ms);
+    check_bytes(i, "output_bytes", s.output_bytes);
+    check_bytes(i, "saved_bytes", s.saved_bytes);
+    check_bytes(i, "forward_tmp_bytes", s.forward_tmp_bytes);
+    check_bytes(i, "backward_tmp_bytes", s.backward_tmp_bytes);
+    add_bytes(byte_total, i, "output_bytes", s.output_bytes, 2);
+    add_bytes(byte_total, i, "saved_bytes", s.saved_bytes, 1);
+    add_bytes(byte_total, i, "forward_tmp_bytes", s.forward_tmp_bytes, 1);
+    add_bytes(byte_total, i, "backward_tmp_bytes", s.backward_tmp_bytes, 1);
+    total_ms += s.forward_ms + s.backward_ms;
+    if (!std::isfinite(total_ms * static_cast<double>(size() + 1))) {
+      fail(
+          "stage " + std::to_string(i) +
+          " forward_ms/backward_ms: the chain's total time (times the "
+          "number of stages) is not finite");
+    }
+  }
+}
+
+const StageCost& Chain::stage(int64_t index) const {
+  if (index < 0 || index >= size()) {
+    throw std::out_of_range(
+        "remat::planner::Chain::stage: index " + std::to_string(index) +
+        " out of range [0, " + std::to_string(size()) + ")");
+  }
+  return stages_[index];
+}
+
+int64_t Chain::value_bytes(int64_t index) const {
+  if (index < 0 || index > size()) {
+    throw std::out_of_range(
+        "remat::planner::Chain::value_bytes: index " + std::to_string(index) +
+        " out of range [0, " + std::to_string(size()) + "]");
+  }
+  return index == 0 ? input_bytes_ : stages_[index - 1].output_bytes;
+}
+
+bool operator==(const StageCost& lhs, const StageCost& rhs) {
+  return lhs.forward_ms == rhs.forward_ms &&
+         lhs.backward_ms == rhs.backward_ms &&
+         lhs.output_bytes == rhs.output_bytes &&
+         lhs.saved_bytes == rhs.saved_bytes &&
+         lhs.forward_tmp_bytes == rhs.forward_tmp_bytes &&
+         lhs.backward_tmp_bytes == rhs.backward_tmp_bytes;
+}
+
+bool operator!=(const StageCost& lhs, const StageCost& rhs) {
+  return !(lhs == rhs);
+}
+
+bool operator==(const Chain& lhs, const Chain& rhs) {
+  return lhs.input_bytes() == rhs.input_bytes() && lhs.stages() == rhs.stages();
+}
+
+bool operator!=(const Chain& lhs, const Chain& rhs) {
+  return !(lhs == rhs);
+}
+
+}  // namespace remat::planner

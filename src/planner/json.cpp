@@ -1,0 +1,281 @@
+// JSON for Chain and Plan (format in remat/planner/json.h), on nlohmann-json.
+//
+// Readers are strict: every field required, unknown fields rejected, integers
+// must be JSON integers that fit int64. Every failure is a
+// std::invalid_argument naming the JSON path ("stages[2].saved_bytes") and the
+// bad value; nlohmann exceptions never escape. Nesting deeper than
+// kMaxDepth is rejected before parsing, so hostile input cannot exhaust the
+// stack of the recursive parser.
+#include "remat/planner/json.h"
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace remat::planner {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxDepth = 64;
+constexpr size_t kMaxShownValue = 60;
+
+class JsonReader {
+ public:
+  explicit JsonReader(const char* function) : function_(function) {}
+
+  [[noreturn]] void fail(
+      const std::string& path, const std::string& what) const {
+    throw std::invalid_argument(
+        std::string("remat::planner::") + function_ + ": " +
+        (path.empty() ? std::string("document") : path) + ": " + what);
+  }
+
+  static std::string shown(const json& value) {
+    std::string text = value.dump();
+    if (text.size() > kMaxShownValue) {
+      text = text.substr(0, kMaxShownValue) + "...";
+    }
+    return text;
+  }
+
+  json parse(std::string_view text) const {
+    check_depth(text);
+    try {
+      return json::parse(text.begin(), text.end());
+    } catch (const json::exception& e) {
+      fail("", std::string("malformed JSON: ") + e.what());
+    }
+  }
+
+  // REQUIRES: `object` is a JSON object. Fails on keys outside `known`.
+  void check_keys(
+      const json& object,
+      const std::string& path,
+      const std::set<std::string>& known) const {
+    for (auto it = object.begin(); it != object.end(); ++it) {
+      if (known.count(it.key()) == 0) {
+        fail(join(path, it.key()), "unknown field");
+      }
+    }
+  }
+
+  const json& object(const json& value, const std::string& path) const {
+    if (!value.is_object()) {
+      fail(path, "expected an object, got " + shown(value));
+    }
+    return value;
+  }
+
+  const json& field(
+      const json& object,
+      const std::string& path,
+      const std::string& key) const {
+    auto it = object.find(key);
+    if (it == object.end()) {
+      fail(join(path, key), "missing field");
+    }
+    return *it;
+  }
+
+  const json& array(const json& value, const std::string& path) const {
+    if (!value.is_array()) {
+      fail(path, "expected an array, got " + shown(value));
+    }
+    return value;
+  }
+
+  int64_t non_negative_integer(
+      const json& value, const std::string& path) const {
+    const std::string expected = "expected a non-negative integer, got ";
+    if (value.is_number_unsigned()) {
+      const uint64_t v = value.get<uint64_t>();
+      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        fail(path, expected + shown(value) + " (does not fit int64)");
+      }
+      return static_cast<int64_t>(v);
+    }
+    if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+      fail(path, expected + shown(value));
+    }
+    return value.get<int64_t>();
+  }
+
+  double non_negative_number(const json& value, const std::string& path) const {
+    if (!value.is_number() || !(value.get<double>() >= 0)) {
+      fail(path, "expected a non-negative number, got " + shown(value));
+    }
+    return value.get<double>();
+  }
+
+  std::string string(const json& value, const std::string& path) const {
+    if (!value.is_string()) {
+      fail(path, "expected a string, got " + shown(value));
+    }
+    return value.get<std::string>();
+  }
+
+  static std::string join(const std::string& path, const std::string& key) {
+    return path.empty() ? key : path + "." + key;
+  }
+  static std::string item(const std::string& path, size_t index) {
+    return path + "[" + std::to_string(index) + "]";
+  }
+
+ private:
+  void check_depth(std::string_view text) const {
+    int depth = 0;
+    bool in_string = false;
+    bool escaped = false;
+    for (size_t k = 0; k < text.size(); ++k) {
+      const char c = text[k];
+      if (in_string) {
+        if (escaped) {
+          escaped = false;
+        } else if (c == '\\') {
+          escaped = true;
+        } else if (c == '"') {
+          in_string = false;
+        }
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '[' || c == '{') {
+        if (++depth > kMaxDepth) {
+          fail(
+              "",
+              "malformed JSON: nesting deeper than " +
+                  std::to_string(kMaxDepth) + " at byte " + std::to_string(k));
+        }
+      } else if (c == ']' || c == '}') {
+        --depth;
+      }
+    }
+  }
+
+  const char* function_;
+};
+
+template <typename Read>
+auto guarded(const char* function, Read read) {
+  try {
+    return read(JsonReader(function));
+  } catch (const json::exception& e) {
+    // Unreachable by construction; kept so no library exception escapes.
+    throw std::invalid_argument(
+        std::string("remat::planner::") + function + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+std::string to_json(const Chain& chain) {
+  json stages = json::array();
+  for (const StageCost& s : chain.stages()) {
+    stages.push_back(json{
+        {"forward_ms", s.forward_ms},
+        {"backward_ms", s.backward_ms},
+        {"output_bytes", s.output_bytes},
+        {"saved_bytes", s.saved_bytes},
+        {"forward_tmp_bytes", s.forward_tmp_bytes},
+        {"backward_tmp_bytes", s.backward_tmp_bytes}});
+  }
+  return json{{"input_bytes", chain.input_bytes()}, {"stages", stages}}.dump();
+}
+
+Chain chain_from_json(std::string_view text) {
+  return guarded("chain_from_json", [&](const JsonReader& r) {
+    const json doc = r.parse(text);
+    r.object(doc, "");
+    r.check_keys(doc, "", {"input_bytes", "stages"});
+    const int64_t input_bytes =
+        r.non_negative_integer(r.field(doc, "", "input_bytes"), "input_bytes");
+    const json& stages = r.array(r.field(doc, "", "stages"), "stages");
+    std::vector<StageCost> costs;
+    for (size_t k = 0; k < stages.size(); ++k) {
+      const std::string path = JsonReader::item("stages", k);
+      const json& stage = r.object(stages[k], path);
+      r.check_keys(
+          stage,
+          path,
+          {"forward_ms",
+           "backward_ms",
+           "output_bytes",
+           "saved_bytes",
+           "forward_tmp_bytes",
+           "backward_tmp_bytes"});
+      auto ms = [&](const char* key) {
+        return r.non_negative_number(
+            r.field(stage, path, key), JsonReader::join(path, key));
+      };
+      auto bytes = [&](const char* key) {
+        return r.non_negative_integer(
+            r.field(stage, path, key), JsonReader::join(path, key));
+      };
+      StageCost cost;
+      cost.forward_ms = ms("forward_ms");
+      cost.backward_ms = ms("backward_ms");
+      cost.output_bytes = bytes("output_bytes");
+      cost.saved_bytes = bytes("saved_bytes");
+      cost.forward_tmp_bytes = bytes("forward_tmp_bytes");
+      cost.backward_tmp_bytes = bytes("backward_tmp_bytes");
+      costs.push_back(cost);
+    }
+    try {
+      return Chain(std::move(costs), input_bytes);
+    } catch (const std::invalid_argument& e) {
+      r.fail("", e.what());
+    }
+  });
+}
+
+std::string to_json(const Plan& plan) {
+  json ops = json::array();
+  for (const Op& op : plan.ops) {
+    ops.push_back(json{{"kind", op_kind_name(op.kind)}, {"stage", op.stage}});
+  }
+  return json{{"ops", ops}}.dump();
+}
+
+Plan plan_from_json(std::string_view text) {
+  return guarded("plan_from_json", [&](const JsonReader& r) {
+    const json doc = r.parse(text);
+    r.object(doc, "");
+    r.check_keys(doc, "", {"ops"});
+    const json& ops = r.array(r.field(doc, "", "ops"), "ops");
+    Plan plan;
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const std::string path = JsonReader::item("ops", k);
+      const json& entry = r.object(ops[k], path);
+      r.check_keys(entry, path, {"kind", "stage"});
+      const std::string kind_path = JsonReader::join(path, "kind");
+      const std::string kind =
+          r.string(r.field(entry, path, "kind"), kind_path);
+      Op op;
+      if (kind == op_kind_name(OpKind::kForwardNoSave)) {
+        op.kind = OpKind::kForwardNoSave;
+      } else if (kind == op_kind_name(OpKind::kForwardCheckpoint)) {
+        op.kind = OpKind::kForwardCheckpoint;
+      } else if (kind == op_kind_name(OpKind::kForwardRecord)) {
+        op.kind = OpKind::kForwardRecord;
+      } else if (kind == op_kind_name(OpKind::kBackward)) {
+        op.kind = OpKind::kBackward;
+      } else {
+        r.fail(
+            kind_path,
+            "expected one of forward_no_save, forward_checkpoint, "
+            "forward_record, backward, got " +
+                JsonReader::shown(r.field(entry, path, "kind")));
+      }
+      op.stage = r.non_negative_integer(
+          r.field(entry, path, "stage"), JsonReader::join(path, "stage"));
+      plan.ops.push_back(op);
+    }
+    return plan;
+  });
+}
+
+}  // namespace remat::planner

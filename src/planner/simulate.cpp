@@ -1,0 +1,203 @@
+// simulate(): the single definition of what a plan costs.
+//
+// NOTE: [The memory model]
+// Values: x_0 is the chain input (input_bytes); x_{i+1} is the output of
+// stage i (output_bytes of stage i). g_v, the gradient of x_v, has the size of
+// x_v. R_i, the record of stage i, is what a recorded forward leaves alive for
+// the backward: saved_bytes of stage i, which CONTAINS the output x_{i+1}
+// (x_{i+1} costs nothing extra while R_i lives) and EXCLUDES the input x_i
+// (held separately, see kForwardRecord). So profile_chain must measure
+// saved_bytes as live bytes after a recorded forward minus live bytes before
+// it (input already allocated, output still referenced).
+//
+// Live bytes = every held x_v (x_0 included: the input is held for the whole
+// step) + every record + the gradient in flight. Peak = highest live bytes,
+// counting transients inside ops. The runtime's measured activation peak (live
+// bytes minus those before forward, parameter gradients preallocated) plus
+// input_bytes is what peak_bytes predicts.
+//
+// A held value is kLoose (dropped by the next forward that reads it), kKept
+// (held until the backward of its stage; x_0 is kept forever) or kInRecord
+// (x_{i+1} inside R_i). Ops on stage i, with B = live bytes before the op:
+//   forward (all kinds): REQUIRES backward of stage i not yet run, x_i held,
+//     x_{i+1} not held; the last stage may only be recorded (its output only
+//     feeds the loss). Peak B + produced + forward_tmp_bytes, where produced
+//     is saved_bytes (record) or output_bytes. Time += forward_ms.
+//     kForwardNoSave: x_{i+1} becomes kLoose; a kLoose x_i is dropped.
+//     kForwardCheckpoint: x_{i+1} becomes kLoose; a kLoose x_i becomes kKept.
+//     kForwardRecord: R_i held, x_{i+1} kInRecord; a kLoose x_i becomes kKept.
+//   kBackward: REQUIRES the backwards run in order L-1, ..., 0 (each once) and
+//     R_i held (x_i is then held too). The first backward (stage L-1) first
+//     allocates g_L, the gradient of the chain output. Peak
+//     B + |g_i| + backward_tmp_bytes. Then R_i and g_{i+1} are freed, g_i is
+//     live, and a kKept x_i (i > 0) is dropped: nothing needs it any more.
+//     Time += backward_ms.
+//   End: REQUIRES every backward run. g_0 stays live to the end (counted).
+//
+// There is no explicit "drop" op: lifetimes follow from the rules above, which
+// is what makes a plan executable by the runtime as written.
+#include "remat/planner/simulate.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace remat::planner {
+namespace {
+
+std::string value_name(int64_t v) {
+  return "x_" + std::to_string(v);
+}
+
+}  // namespace
+
+Replay::Replay(const Chain& chain)
+    : chain_(&chain),
+      holding_(chain.size() + 1, Holding::kAbsent),
+      recorded_(chain.size(), false),
+      next_backward_(chain.size() - 1),
+      current_bytes_(chain.input_bytes()),
+      peak_bytes_(chain.input_bytes()) {
+  holding_[0] = Holding::kKept;
+}
+
+Replay::Holding Replay::holding(int64_t value) const {
+  if (value < 0 || value > chain_->size()) {
+    throw std::out_of_range(
+        "remat::planner::Replay::holding: value " + std::to_string(value) +
+        " out of range [0, " + std::to_string(chain_->size()) + "]");
+  }
+  return holding_[value];
+}
+
+bool Replay::recorded(int64_t stage) const {
+  if (stage < 0 || stage >= chain_->size()) {
+    throw std::out_of_range(
+        "remat::planner::Replay::recorded: stage " + std::to_string(stage) +
+        " out of range [0, " + std::to_string(chain_->size()) + ")");
+  }
+  return recorded_[stage];
+}
+
+std::string Replay::apply(const Op& op) {
+  const int64_t n = chain_->size();
+  const int64_t i = op.stage;
+  if (i < 0 || i >= n) {
+    return "stage " + std::to_string(i) + " out of range [0, " +
+           std::to_string(n) + ")";
+  }
+  const StageCost& cost = chain_->stage(i);
+  if (op.kind == OpKind::kBackward) {
+    if (next_backward_ < 0) {
+      return "backward of stage " + std::to_string(i) +
+             " after every backward has run";
+    }
+    if (i != next_backward_) {
+      return "backward of stage " + std::to_string(i) +
+             " out of order, expected the backward of stage " +
+             std::to_string(next_backward_);
+    }
+    if (!recorded_[i]) {
+      return "backward of stage " + std::to_string(i) +
+             ", which is not recorded";
+    }
+    if (holding_[i] == Holding::kAbsent) {
+      return "backward of stage " + std::to_string(i) + " needs " +
+             value_name(i) + ", which is not held";
+    }
+    int64_t live = current_bytes_;
+    if (i == n - 1) {
+      live += chain_->value_bytes(n);  // g_L appears with the backward phase
+    }
+    const int64_t grad_in = chain_->value_bytes(i + 1);
+    const int64_t grad_out = chain_->value_bytes(i);
+    peak_bytes_ =
+        std::max(peak_bytes_, live + grad_out + cost.backward_tmp_bytes);
+    live += grad_out - grad_in - cost.saved_bytes;
+    recorded_[i] = false;
+    holding_[i + 1] = Holding::kAbsent;  // was kInRecord
+    if (i > 0 && holding_[i] != Holding::kInRecord) {
+      holding_[i] = Holding::kAbsent;
+      live -= chain_->value_bytes(i);
+    }
+    current_bytes_ = live;
+    next_backward_ = i - 1;
+    time_ms_ += cost.backward_ms;
+    return "";
+  }
+
+  if (i > next_backward_) {
+    return "forward of stage " + std::to_string(i) + " after its backward";
+  }
+  if (holding_[i] == Holding::kAbsent) {
+    return "forward of stage " + std::to_string(i) + " needs " + value_name(i) +
+           ", which is not held (dropped or never computed)";
+  }
+  if (holding_[i + 1] != Holding::kAbsent) {
+    return "forward of stage " + std::to_string(i) + " would compute " +
+           value_name(i + 1) + ", which is already held";
+  }
+  if (i == n - 1 && op.kind != OpKind::kForwardRecord) {
+    return "forward of the last stage " + std::to_string(i) +
+           " must be kForwardRecord (its output only feeds the loss)";
+  }
+  const int64_t produced =
+      op.kind == OpKind::kForwardRecord ? cost.saved_bytes : cost.output_bytes;
+  peak_bytes_ =
+      std::max(peak_bytes_, current_bytes_ + produced + cost.forward_tmp_bytes);
+  current_bytes_ += produced;
+  switch (op.kind) {
+    case OpKind::kForwardNoSave:
+      holding_[i + 1] = Holding::kLoose;
+      if (holding_[i] == Holding::kLoose) {
+        holding_[i] = Holding::kAbsent;
+        current_bytes_ -= chain_->value_bytes(i);
+      }
+      break;
+    case OpKind::kForwardCheckpoint:
+      holding_[i + 1] = Holding::kLoose;
+      if (holding_[i] == Holding::kLoose) {
+        holding_[i] = Holding::kKept;
+      }
+      break;
+    case OpKind::kForwardRecord:
+      holding_[i + 1] = Holding::kInRecord;
+      recorded_[i] = true;
+      if (holding_[i] == Holding::kLoose) {
+        holding_[i] = Holding::kKept;
+      }
+      break;
+    case OpKind::kBackward:
+      break;  // handled above
+  }
+  time_ms_ += cost.forward_ms;
+  return "";
+}
+
+Simulation simulate(const Chain& chain, const Plan& plan) {
+  Replay replay(chain);
+  Simulation result;
+  for (size_t k = 0; k < plan.ops.size(); ++k) {
+    const Op& op = plan.ops[k];
+    std::string error = replay.apply(op);
+    if (!error.empty()) {
+      result.error = "op " + std::to_string(k) + " (" +
+                     op_kind_letter(op.kind) + std::to_string(op.stage) +
+                     "): " + error;
+      result.peak_bytes = replay.peak_bytes();
+      result.time_ms = replay.time_ms();
+      return result;
+    }
+  }
+  result.peak_bytes = replay.peak_bytes();
+  result.time_ms = replay.time_ms();
+  if (!replay.finished()) {
+    result.error = "the plan ends before the backward of stage " +
+                   std::to_string(replay.next_backward_stage());
+    return result;
+  }
+  result.valid = true;
+  return result;
+}
+
+}  // namespace remat::planner
