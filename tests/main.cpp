@@ -1,5 +1,5 @@
-// GoogleTest entry point for the LibTorch test binaries: filters out *_CUDA tests when
-// no GPU is present, so the suite passes on CPU-only machines.
+// GoogleTest entry point for the LibTorch test binaries: filters out *_CUDA
+// tests when no GPU is present, so the suite passes on CPU-only machines.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -1,0 +1,153 @@
+// remat/checkpoint.h: activation checkpointing for LibTorch.
+//
+// `checkpoint(fn, inputs)` runs `fn` so that the tensors autograd would keep
+// for backward inside it are not kept; backward recomputes them by running
+// `fn` again. Gradients are those of running `fn` plainly (bitwise on CPU for
+// deterministic ops), at the cost of one extra forward of the region.
+//
+// Two modes (see docs/checkpoint.md):
+//  - Mode::kNonReentrant (default): saved-tensor hooks through remat's engine.
+//    Supports torch::autograd::grad, nesting, backward through part of a
+//    region, parameters captured by `fn` when no input requires grad, and
+//    backward twice with retain_graph. Recomputation stops as soon as every
+//    tensor backward still needs exists again (early_stop).
+//  - Mode::kReentrant: a custom autograd function that re-runs `fn` and
+//    backpropagates through it inside backward. Limits: gradients reach only
+//    through inputs that require grad (captured parameters get none if no
+//    input requires grad); torch::autograd::grad and backward(inputs=...) are
+//    refused with an error; no early stop.
+//
+// Both replay the RNG state (CPU generator and the CUDA generator of every
+// device the inputs live on) and the autocast state, and check the
+// recomputation (NOTE: [Recompute checks] in src/checkpoint.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/pimpl.h>
+
+namespace remat {
+
+/// How a checkpointed region is recomputed in backward.
+enum class Mode {
+  kNonReentrant,  ///< saved-tensor hooks; full feature set (default)
+  kReentrant,     ///< custom autograd function; fewer features
+};
+
+/// What is compared between the original forward and its recomputation.
+enum class DeterminismCheck {
+  kNone,      ///< nothing
+  kMetadata,  ///< count, shape, dtype, device of every saved tensor
+  kValues,    ///< kMetadata plus bitwise values (debug aid: keeps a copy of
+              ///< every saved tensor until backward, so saves no memory)
+};
+
+/// Options of `checkpoint` and `checkpoint_sequential`.
+struct CheckpointOptions {
+  /// Recomputation style. Default: Mode::kNonReentrant.
+  TORCH_ARG(Mode, mode) = Mode::kNonReentrant;
+  /// Replay the CPU and CUDA RNG states of the forward during recomputation,
+  /// so dropout recomputes identically. Default: true.
+  TORCH_ARG(bool, preserve_rng_state) = true;
+  /// Check the recomputation against the forward. Default: kMetadata.
+  TORCH_ARG(DeterminismCheck, determinism_check) = DeterminismCheck::kMetadata;
+  /// Non-reentrant only: stop recomputing once every tensor backward still
+  /// needs has been recomputed. Default: true.
+  TORCH_ARG(bool, early_stop) = true;
+  /// Modules whose buffers (BatchNorm running statistics, ...) recomputation
+  /// must leave untouched: they are saved before each recomputation of the
+  /// region and restored after it, so they are updated exactly once per step
+  /// as without checkpointing. The module forms of `checkpoint` and
+  /// `checkpoint_sequential` fill this in themselves. Default: none.
+  TORCH_ARG(
+      std::vector<std::shared_ptr<torch::nn::Module>>,
+      preserve_buffers_of) = {};
+};
+
+/// A checkpointable region: tensors in, tensors out.
+using Function = std::function<torch::autograd::variable_list(
+    const torch::autograd::variable_list&)>;
+
+/// Runs `fn(inputs)` without keeping its internal activations; backward
+/// recomputes them. Returns fn's outputs, which carry gradients to `inputs`
+/// and to every parameter `fn` uses.
+///
+/// Example:
+///   auto outs = remat::checkpoint(
+///       [&](const torch::autograd::variable_list& in) {
+///         return torch::autograd::variable_list{block->forward(in[0])};
+///       },
+///       {x});
+///
+/// REQUIRES: `fn` is deterministic given the RNG state (and autocast state),
+/// and everything it captures outside `inputs` is unchanged until backward.
+/// Throws c10::Error if `fn` returns no or undefined tensors, if a
+/// recomputation differs from the forward (see DeterminismCheck), if an input
+/// was modified in place before backward, or (non-reentrant) if another
+/// autograd engine is installed. Exceptions thrown by `fn` propagate; the hook
+/// stack, RNG state, grad mode and module buffers are restored first.
+torch::autograd::variable_list checkpoint(
+    const Function& fn,
+    const torch::autograd::variable_list& inputs,
+    const CheckpointOptions& options = {});
+
+/// Tensor-to-tensor convenience form of `checkpoint`.
+///
+/// Example:
+///   auto y = remat::checkpoint(
+///       [&](const torch::Tensor& x) { return block->forward(x); }, x);
+torch::Tensor checkpoint(
+    const std::function<torch::Tensor(const torch::Tensor&)>& fn,
+    const torch::Tensor& input,
+    const CheckpointOptions& options = {});
+
+/// Module form: checkpoints `module->forward(input)` and preserves the
+/// module's buffers across recomputation (BatchNorm running statistics are
+/// updated exactly once per step; PyTorch's own checkpoint updates them twice).
+///
+/// Example:
+///   torch::nn::Sequential block(torch::nn::Conv2d(3, 8, 3),
+///   torch::nn::BatchNorm2d(8)); auto y = remat::checkpoint(block, x);
+template <typename ModuleType>
+torch::Tensor checkpoint(
+    const torch::nn::ModuleHolder<ModuleType>& module,
+    const torch::Tensor& input,
+    CheckpointOptions options = {}) {
+  options.preserve_buffers_of().push_back(module.ptr());
+  auto impl = module.ptr();
+  return checkpoint(
+      [impl](const torch::Tensor& x) -> torch::Tensor {
+        return impl->forward(x);
+      },
+      input,
+      options);
+}
+
+/// Splits `sequential` into `segments` consecutive segments of size
+/// size / segments (the last one takes the remainder) and checkpoints every
+/// segment but the last, as PyTorch's `checkpoint_sequential` does. Buffers of
+/// the modules are preserved across recomputation.
+///
+/// Example:
+///   auto y = remat::checkpoint_sequential(model, 4, x);
+///
+/// Throws c10::Error if the Sequential is empty, or segments < 1 or
+/// segments > sequential->size().
+torch::Tensor checkpoint_sequential(
+    torch::nn::Sequential sequential,
+    int64_t segments,
+    const torch::Tensor& input,
+    const CheckpointOptions& options = {});
+
+/// True on this thread while remat re-runs a checkpointed region during
+/// backward. User code may use it to skip side effects (logging, counters).
+bool is_recomputing();
+
+}  // namespace remat

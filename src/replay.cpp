@@ -1,0 +1,106 @@
+// replay.cpp: capture and replay of RNG, autocast and module-buffer state
+// around recomputation. See NOTE: [Recompute and RNG] and
+// NOTE: [Recompute and module state] in replay.h.
+#include "replay.h"
+
+#include <ATen/Context.h>
+#include <torch/nn/module.h>
+
+#include "remat/checkpoint.h"
+
+namespace remat {
+namespace detail {
+namespace {
+
+thread_local int recompute_depth = 0;
+
+at::Generator mutable_generator(c10::Device device) {
+  // defaultGenerator returns a const handle; a copy shares the generator.
+  return at::globalContext().defaultGenerator(device);
+}
+
+}  // namespace
+
+ReplayState::ReplayState(
+    const torch::autograd::variable_list& inputs, bool preserve_rng)
+    : autocast_(compat::AutocastState::capture()) {
+  if (!preserve_rng) {
+    return;
+  }
+  std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
+  for (const auto& input : inputs) {
+    if (input.defined() && input.is_cuda() &&
+        std::find(devices.begin(), devices.end(), input.device()) ==
+            devices.end()) {
+      devices.push_back(input.device());
+    }
+  }
+  for (const auto& device : devices) {
+    auto generator = mutable_generator(device);
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    rng_states_.push_back({generator, generator.get_state()});
+  }
+}
+
+RecomputeGuard::RecomputeGuard(
+    const ReplayState& replay,
+    const std::vector<std::shared_ptr<torch::nn::Module>>& modules)
+    : ambient_autocast_(compat::AutocastState::capture()) {
+  for (const auto& saved : replay.rng_states_) {
+    auto generator = saved.generator;
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    ambient_rng_.push_back({generator, generator.get_state()});
+    generator.set_state(saved.state);
+  }
+  replay.autocast_.apply();
+  {
+    c10::NoGradGuard no_grad;
+    for (const auto& module : modules) {
+      for (auto& buffer : module->buffers(/*recurse=*/true)) {
+        buffer_backups_.emplace_back(buffer, buffer.clone());
+      }
+    }
+  }
+  ++recompute_depth;
+}
+
+RecomputeGuard::~RecomputeGuard() {
+  --recompute_depth;
+  {
+    c10::NoGradGuard no_grad;
+    for (auto& [buffer, backup] : buffer_backups_) {
+      // variable_data() does not bump the version counter: a buffer saved for
+      // backward (BatchNorm in eval mode) must not look modified in place.
+      buffer.variable_data().copy_(backup);
+    }
+  }
+  ambient_autocast_.apply();
+  for (auto& saved : ambient_rng_) {
+    std::lock_guard<std::mutex> lock(saved.generator.mutex());
+    saved.generator.set_state(saved.state);
+  }
+}
+
+torch::autograd::variable_list detach_inputs(
+    const torch::autograd::variable_list& inputs) {
+  torch::autograd::variable_list detached;
+  detached.reserve(inputs.size());
+  for (const auto& input : inputs) {
+    if (!input.defined()) {
+      detached.push_back(input);
+      continue;
+    }
+    auto leaf = input.detach();
+    leaf.set_requires_grad(input.requires_grad());
+    detached.push_back(std::move(leaf));
+  }
+  return detached;
+}
+
+}  // namespace detail
+
+bool is_recomputing() {
+  return detail::recompute_depth > 0;
+}
+
+}  // namespace remat

@@ -1,0 +1,74 @@
+// replay.h (private): what a recomputation must reproduce, and the guard that
+// reproduces it.
+//
+// NOTE: [Recompute and RNG]
+// A checkpointed region runs twice: once in forward, once in backward. For the
+// two runs to be the same computation (dropout masks included), the second
+// must start from the RNG state the first started from. `ReplayState` captures,
+// at forward time, the CPU generator's state and the state of the CUDA
+// generator of every device among the region's inputs, plus the autocast
+// state. `RecomputeGuard` installs them for the recomputation and restores the
+// ambient RNG and autocast state afterwards, even on error, so user code after
+// backward sees the RNG stream as if no recomputation had happened.
+//
+// NOTE: [Recompute and module state]
+// Recomputing a region that runs BatchNorm in training mode would update its
+// running statistics a second time. `RecomputeGuard` copies the buffers of the
+// modules named in CheckpointOptions::preserve_buffers_of before the
+// recomputation and copies them back afterwards (even on error).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Generator.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+
+#include "compat.h"
+
+namespace remat::detail {
+
+/// The state a recomputation replays, captured at forward time.
+class ReplayState {
+ public:
+  /// Captures RNG state (if `preserve_rng`) for CPU and the CUDA devices of
+  /// `inputs`, and the autocast state.
+  ReplayState(const torch::autograd::variable_list& inputs, bool preserve_rng);
+
+ private:
+  friend class RecomputeGuard;
+  struct GeneratorState {
+    at::Generator generator;
+    at::Tensor state;
+  };
+  std::vector<GeneratorState> rng_states_;
+  compat::AutocastState autocast_;
+};
+
+/// RAII: for the lifetime of the guard, this thread recomputes a region:
+/// RNG and autocast state as in `replay`, grad mode on, is_recomputing()
+/// true, buffers of `modules` saved (and restored at the end).
+class RecomputeGuard {
+ public:
+  RecomputeGuard(
+      const ReplayState& replay,
+      const std::vector<std::shared_ptr<torch::nn::Module>>& modules);
+  ~RecomputeGuard();
+  RecomputeGuard(const RecomputeGuard&) = delete;
+  RecomputeGuard& operator=(const RecomputeGuard&) = delete;
+
+ private:
+  std::vector<ReplayState::GeneratorState> ambient_rng_;
+  compat::AutocastState ambient_autocast_;
+  c10::AutoGradMode grad_mode_{true};
+  std::vector<std::pair<at::Tensor, at::Tensor>> buffer_backups_;
+};
+
+/// Detached copies of `inputs` with each one's requires_grad preserved: the
+/// leaves a recomputation starts from.
+torch::autograd::variable_list detach_inputs(
+    const torch::autograd::variable_list& inputs);
+
+}  // namespace remat::detail

@@ -1,0 +1,709 @@
+// checkpoint_test.cpp: remat::checkpoint against plain autograd.
+//
+// Every equivalence test runs the same model twice from the same parameters
+// and RNG seed, once plainly and once through checkpoints, and requires input
+// and parameter gradients (and BatchNorm running statistics) to be bitwise
+// equal: the recomputation replays the forward exactly on CPU.
+#include <atomic>
+#include <thread>
+
+#include <ATen/autocast_mode.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "remat/remat.h"
+#include "test_util.h"
+
+namespace {
+
+using remat::CheckpointOptions;
+using remat::DeterminismCheck;
+using remat::Mode;
+using remat::testing::bitwise_equal;
+using remat::testing::expect_all_bitwise_equal;
+using remat::testing::grads_of;
+using torch::autograd::variable_list;
+
+// ---- small models, each a Sequential of blocks -----------------------------
+
+/// A Sequential that can itself be a child of a Sequential.
+struct StageImpl : torch::nn::SequentialImpl {
+  using SequentialImpl::SequentialImpl;
+  torch::Tensor forward(torch::Tensor x) {
+    return SequentialImpl::forward(x);
+  }
+};
+TORCH_MODULE(Stage);
+
+torch::nn::Sequential mlp_with_dropout() {
+  torch::manual_seed(1);
+  torch::nn::Sequential model;
+  for (int i = 0; i < 3; ++i) {
+    model->push_back(Stage(
+        torch::nn::Linear(16, 32),
+        torch::nn::ReLU(),
+        torch::nn::Dropout(0.3),
+        torch::nn::Linear(32, 16)));
+  }
+  return model;
+}
+
+torch::nn::Sequential cnn_with_batchnorm() {
+  torch::manual_seed(2);
+  torch::nn::Sequential model;
+  model->push_back(Stage(
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 8, 3).padding(1)),
+      torch::nn::BatchNorm2d(8),
+      torch::nn::ReLU()));
+  model->push_back(Stage(
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 8, 3).padding(1)),
+      torch::nn::BatchNorm2d(8),
+      torch::nn::ReLU(),
+      torch::nn::MaxPool2d(2)));
+  model->push_back(
+      Stage(torch::nn::Flatten(), torch::nn::Linear(8 * 4 * 4, 10)));
+  return model;
+}
+
+/// Pre-LayerNorm transformer block with dropout, one child of a Sequential.
+struct BlockImpl : torch::nn::Module {
+  BlockImpl() {
+    norm1 = register_module(
+        "norm1", torch::nn::LayerNorm(std::vector<int64_t>{16}));
+    attention = register_module(
+        "attention",
+        torch::nn::MultiheadAttention(
+            torch::nn::MultiheadAttentionOptions(16, 2).dropout(0.2)));
+    norm2 = register_module(
+        "norm2", torch::nn::LayerNorm(std::vector<int64_t>{16}));
+    mlp = register_module(
+        "mlp",
+        Stage(
+            torch::nn::Linear(16, 64),
+            torch::nn::GELU(),
+            torch::nn::Linear(64, 16),
+            torch::nn::Dropout(0.2)));
+  }
+  torch::Tensor forward(torch::Tensor x) {  // x: [seq, batch, 16]
+    auto h = norm1(x);
+    x = x + std::get<0>(attention(h, h, h));
+    return x + mlp->forward(norm2(x));
+  }
+  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
+  torch::nn::MultiheadAttention attention{nullptr};
+  Stage mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+torch::nn::Sequential transformer_with_dropout() {
+  torch::manual_seed(3);
+  return torch::nn::Sequential(Block(), Block());
+}
+
+struct ModelCase {
+  std::string name;
+  std::function<torch::nn::Sequential()> make;
+  std::function<torch::Tensor()> input;
+};
+
+std::vector<ModelCase> model_cases() {
+  return {
+      {"mlp",
+       mlp_with_dropout,
+       [] {
+         return torch::randn({8, 16});
+       }},
+      {"cnn",
+       cnn_with_batchnorm,
+       [] {
+         return torch::randn({4, 3, 8, 8});
+       }},
+      {"transformer",
+       transformer_with_dropout,
+       [] {
+         return torch::randn({5, 3, 16});
+       }},
+  };
+}
+
+/// How the model's forward is run.
+enum class Wrap { kPlain, kPerBlock, kNested };
+
+torch::Tensor run_model(
+    torch::nn::Sequential& model,
+    const torch::Tensor& x,
+    Wrap wrap,
+    const CheckpointOptions& options) {
+  if (wrap == Wrap::kPlain) {
+    return model->forward(x);
+  }
+  auto per_block = [model, options](torch::Tensor h) {
+    for (size_t i = 0; i < model->size(); ++i) {
+      CheckpointOptions block_options = options;
+      block_options.preserve_buffers_of({model->ptr(i)});
+      h = remat::checkpoint(
+          [impl = model.ptr(), i](const torch::Tensor& in) {
+            return (impl->begin() + i)->forward(in);
+          },
+          h,
+          block_options);
+    }
+    return h;
+  };
+  if (wrap == Wrap::kPerBlock) {
+    return per_block(x);
+  }
+  // Nested: the whole model in one region, each block in an inner region.
+  CheckpointOptions outer = options;
+  outer.preserve_buffers_of({model.ptr()});
+  return remat::checkpoint(per_block, x, outer);
+}
+
+struct StepResult {
+  torch::Tensor input_grad;
+  std::vector<torch::Tensor> param_grads;
+  std::vector<torch::Tensor> buffers;
+  torch::Tensor next_random;  // RNG stream position after the step
+};
+
+StepResult train_step(
+    const ModelCase& model_case,
+    Wrap wrap,
+    const CheckpointOptions& options = {}) {
+  auto model = model_case.make();
+  model->train();
+  torch::manual_seed(42);
+  auto x = model_case.input().requires_grad_(true);
+  auto y = run_model(model, x, wrap, options);
+  auto loss = (y * y).sum();
+  loss.backward();
+  StepResult result{x.grad().clone(), grads_of(*model), {}, torch::rand({1})};
+  for (const auto& b : model->buffers()) {
+    result.buffers.push_back(b.clone());
+  }
+  return result;
+}
+
+void expect_same_step(const StepResult& expected, const StepResult& actual) {
+  EXPECT_TRUE(bitwise_equal(expected.input_grad, actual.input_grad));
+  expect_all_bitwise_equal(
+      expected.param_grads, actual.param_grads, "param grad");
+  expect_all_bitwise_equal(expected.buffers, actual.buffers, "buffer");
+  EXPECT_TRUE(bitwise_equal(expected.next_random, actual.next_random))
+      << "RNG stream after backward differs";
+}
+
+// ---- equivalence suite
+// -------------------------------------------------------
+
+class Equivalence : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(Equivalence, PerBlockCheckpointGradientsEqualPlainBitwise) {
+  for (const auto& model_case : model_cases()) {
+    SCOPED_TRACE(model_case.name);
+    auto plain = train_step(model_case, Wrap::kPlain);
+    auto checkpointed = train_step(
+        model_case, Wrap::kPerBlock, CheckpointOptions().mode(GetParam()));
+    expect_same_step(plain, checkpointed);
+  }
+}
+
+TEST_P(Equivalence, NestedCheckpointGradientsEqualPlainBitwise) {
+  for (const auto& model_case : model_cases()) {
+    SCOPED_TRACE(model_case.name);
+    auto plain = train_step(model_case, Wrap::kPlain);
+    auto nested = train_step(
+        model_case, Wrap::kNested, CheckpointOptions().mode(GetParam()));
+    expect_same_step(plain, nested);
+  }
+}
+
+TEST_P(Equivalence, CheckpointSequentialGradientsEqualPlainBitwise) {
+  for (const auto& model_case : model_cases()) {
+    SCOPED_TRACE(model_case.name);
+    auto plain = train_step(model_case, Wrap::kPlain);
+    const auto size = static_cast<int64_t>(model_case.make()->size());
+    for (int64_t segments = 1; segments <= size; ++segments) {
+      auto model = model_case.make();
+      torch::manual_seed(42);
+      auto x = model_case.input().requires_grad_(true);
+      auto y = remat::checkpoint_sequential(
+          model, segments, x, CheckpointOptions().mode(GetParam()));
+      (y * y).sum().backward();
+      StepResult result{
+          x.grad().clone(), grads_of(*model), {}, torch::rand({1})};
+      for (const auto& b : model->buffers()) {
+        result.buffers.push_back(b.clone());
+      }
+      SCOPED_TRACE("segments=" + std::to_string(segments));
+      expect_same_step(plain, result);
+    }
+  }
+}
+
+TEST_P(Equivalence, ModuleFormUpdatesBatchNormStatisticsOnce) {
+  torch::manual_seed(5);
+  torch::nn::Sequential reference(
+      torch::nn::Conv2d(3, 4, 3), torch::nn::BatchNorm2d(4));
+  torch::nn::Sequential checkpointed(
+      torch::nn::Conv2d(3, 4, 3), torch::nn::BatchNorm2d(4));
+  torch::NoGradGuard no_grad_copy;
+  for (size_t i = 0; i < reference->parameters().size(); ++i) {
+    checkpointed->parameters()[i].copy_(reference->parameters()[i]);
+  }
+  {
+    torch::AutoGradMode enable(true);
+    auto x = torch::randn({2, 3, 6, 6}, torch::requires_grad());
+    reference->forward(x).sum().backward();
+    remat::checkpoint(checkpointed, x, CheckpointOptions().mode(GetParam()))
+        .sum()
+        .backward();
+  }
+  expect_all_bitwise_equal(
+      reference->buffers(), checkpointed->buffers(), "BatchNorm buffer");
+  auto bn = checkpointed[1]->as<torch::nn::BatchNorm2d>();
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
+}
+
+TEST_P(Equivalence, InputsThatDoNotRequireGradWork) {
+  torch::manual_seed(6);
+  torch::nn::Linear layer(4, 4);
+  auto x = torch::randn({3, 4});
+  auto w = torch::randn({3, 4}, torch::requires_grad());
+  auto plain = (layer(x) * w).sum();
+  auto plain_grad = torch::autograd::grad({plain}, {w})[0];
+  auto outs = remat::checkpoint(
+      [&](const variable_list& in) {
+        return variable_list{layer(in[0]) * in[1]};
+      },
+      {x, w},
+      CheckpointOptions().mode(GetParam()));
+  outs[0].sum().backward();
+  EXPECT_TRUE(bitwise_equal(plain_grad, w.grad()));
+}
+
+TEST_P(Equivalence, AutocastIsReplayed) {
+  torch::manual_seed(7);
+  torch::nn::Linear layer(8, 8);
+  auto x = torch::randn({4, 8}, torch::requires_grad());
+  auto run = [&](bool use_checkpoint) {
+    layer->zero_grad();
+    x.mutable_grad() = torch::Tensor();
+    at::autocast::set_cpu_enabled(true);
+    auto y = use_checkpoint ? remat::checkpoint(
+                                  [&](const torch::Tensor& in) {
+                                    return torch::relu(layer(in));
+                                  },
+                                  x,
+                                  CheckpointOptions().mode(GetParam()))
+                            : torch::relu(layer(x));
+    at::autocast::set_cpu_enabled(false);
+    at::autocast::clear_cache();
+    EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+    y.to(torch::kFloat).sum().backward();
+    return std::make_pair(x.grad().clone(), layer->weight.grad().clone());
+  };
+  auto plain = run(false);
+  auto checkpointed = run(true);
+  EXPECT_TRUE(bitwise_equal(plain.first, checkpointed.first));
+  EXPECT_TRUE(bitwise_equal(plain.second, checkpointed.second));
+}
+
+TEST_P(Equivalence, IsRecomputingIsTrueOnlyDuringRecomputation) {
+  std::vector<bool> seen;
+  auto x = torch::randn({3}, torch::requires_grad());
+  auto y = remat::checkpoint(
+      [&](const torch::Tensor& in) {
+        seen.push_back(remat::is_recomputing());
+        return in.exp();
+      },
+      x,
+      CheckpointOptions().mode(GetParam()));
+  EXPECT_FALSE(remat::is_recomputing());
+  y.sum().backward();
+  EXPECT_EQ(seen, (std::vector<bool>{false, true}));
+  EXPECT_FALSE(remat::is_recomputing());
+}
+
+TEST_P(Equivalence, InPlaceModificationOfAnInputIsReported) {
+  auto leaf = torch::randn({4}, torch::requires_grad());
+  auto x = leaf * 2;
+  auto y = remat::checkpoint(
+      [](const torch::Tensor& in) { return in.sin(); },
+      x,
+      CheckpointOptions().mode(GetParam()));
+  auto loss = y.sum();
+  {
+    torch::NoGradGuard no_grad;
+    x.add_(1);
+  }
+  try {
+    loss.backward();
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("modified by an inplace operation"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_P(Equivalence, UndefinedOutputIsAnError) {
+  auto x = torch::randn({2}, torch::requires_grad());
+  try {
+    remat::checkpoint(
+        [](const variable_list& in) {
+          return variable_list{in[0] * 2, torch::Tensor()};
+        },
+        {x},
+        CheckpointOptions().mode(GetParam()));
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("undefined tensor at output #1"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_P(Equivalence, DifferentOutputCountOnRecomputationIsAnError) {
+  auto x = torch::randn({2}, torch::requires_grad());
+  int calls = 0;
+  auto outs = remat::checkpoint(
+      [&](const variable_list& in) {
+        ++calls;
+        variable_list out{in[0].exp()};
+        if (calls > 1) {
+          out.push_back(in[0] * 3);
+        }
+        return out;
+      },
+      {x},
+      CheckpointOptions().mode(GetParam()).early_stop(false));
+  try {
+    outs[0].sum().backward();
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("returned 1 outputs in forward but 2"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_P(Equivalence, OutputShapeChangeOnRecomputationIsReported) {
+  auto x = torch::randn({4}, torch::requires_grad());
+  int calls = 0;
+  auto outs = remat::checkpoint(
+      [&](const variable_list& in) {
+        ++calls;
+        auto part = calls == 1 ? in[0] : in[0].narrow(0, 0, 2);
+        return variable_list{in[0].exp(), part * 2};
+      },
+      {x},
+      CheckpointOptions().mode(GetParam()).early_stop(false));
+  try {
+    (outs[0].sum() + outs[1].sum()).backward();
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shape [4]"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(NonReentrant, SavedTensorShapeChangeOnRecomputationIsReported) {
+  auto x = torch::randn({4}, torch::requires_grad());
+  int calls = 0;
+  auto y = remat::checkpoint(
+      [&](const torch::Tensor& in) {
+        ++calls;
+        auto part = calls == 1 ? in : in.narrow(0, 0, 2);
+        return part.exp().sum().expand({4});
+      },
+      x);
+  try {
+    y.sum().backward();
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("saved tensor #0"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_P(Equivalence, ValueChangeIsReportedOnlyUnderValuesCheck) {
+  for (auto check : {DeterminismCheck::kMetadata, DeterminismCheck::kValues}) {
+    auto x = torch::randn({4}, torch::requires_grad());
+    auto shift = torch::zeros({4});
+    auto y = remat::checkpoint(
+        [&](const torch::Tensor& in) { return (in + shift).exp(); },
+        x,
+        CheckpointOptions().mode(GetParam()).determinism_check(check));
+    shift.fill_(1);  // the function now computes something else
+    if (check == DeterminismCheck::kValues) {
+      try {
+        y.sum().backward();
+        FAIL() << "expected an error";
+      } catch (const c10::Error& e) {
+        EXPECT_NE(
+            std::string(e.what()).find("not bitwise equal"), std::string::npos)
+            << e.what();
+      }
+    } else {
+      EXPECT_NO_THROW(y.sum().backward());
+    }
+  }
+}
+
+TEST_P(Equivalence, ExceptionInForwardLeavesNothingBehind) {
+  int64_t packed = 0;
+  remat::SavedTensorHooks counting(
+      [&](const torch::Tensor& t) -> std::any {
+        ++packed;
+        return t;
+      },
+      [](const std::any& p) { return std::any_cast<torch::Tensor>(p); });
+  auto x = torch::randn({3}, torch::requires_grad());
+  try {
+    remat::checkpoint(
+        [](const torch::Tensor& in) -> torch::Tensor {
+          auto h = in.exp();
+          throw std::runtime_error("boom in forward");
+          return h;
+        },
+        x,
+        CheckpointOptions().mode(GetParam()));
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "boom in forward");
+  }
+  // The checkpoint's hooks are gone: the user's hooks see the next save.
+  const int64_t before = packed;
+  auto y = x.exp();
+  EXPECT_EQ(packed, before + 1);
+  y.sum().backward();
+  EXPECT_TRUE(bitwise_equal(x.exp(), x.grad()));
+}
+
+TEST_P(Equivalence, ExceptionInRecomputationRestoresStateAndNextStepWorks) {
+  torch::manual_seed(8);
+  torch::nn::Sequential block(
+      torch::nn::Linear(4, 4),
+      torch::nn::BatchNorm1d(4),
+      torch::nn::Dropout(0.5));
+  auto x = torch::randn({6, 4}, torch::requires_grad());
+  bool fail = false;
+  auto options = CheckpointOptions().mode(GetParam());
+  options.preserve_buffers_of({block.ptr()});
+  auto fn = [&](const torch::Tensor& in) {
+    if (fail && remat::is_recomputing()) {
+      throw std::runtime_error("boom in recompute");
+    }
+    return block->forward(in);
+  };
+  auto y = remat::checkpoint(fn, x, options);
+  std::vector<torch::Tensor> buffers_after_forward;
+  for (const auto& b : block->buffers()) {
+    buffers_after_forward.push_back(b.clone());
+  }
+  fail = true;
+  auto generator = at::globalContext().defaultGenerator(torch::kCPU);
+  auto rng_before = generator.get_state();
+  EXPECT_THROW(
+      {
+        try {
+          y.sum().backward();
+        } catch (const std::exception& e) {
+          EXPECT_NE(
+              std::string(e.what()).find("boom in recompute"),
+              std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      std::exception);
+  EXPECT_TRUE(bitwise_equal(rng_before, generator.get_state()));
+  EXPECT_FALSE(remat::is_recomputing());
+  expect_all_bitwise_equal(buffers_after_forward, block->buffers(), "buffer");
+  // The next step works normally.
+  fail = false;
+  x.mutable_grad() = torch::Tensor();
+  remat::checkpoint(fn, x, options).sum().backward();
+  EXPECT_TRUE(x.grad().defined());
+}
+
+TEST_P(Equivalence, TwoThreadsTrainIndependently) {
+  // Models and inputs are made on this thread (the global RNG is shared);
+  // each thread then trains its own model through checkpoints.
+  struct Job {
+    torch::nn::Sequential model;
+    torch::Tensor x;
+    std::vector<torch::Tensor> grads;
+  };
+  auto make_job = [](int seed) {
+    torch::manual_seed(seed);
+    Job job{
+        torch::nn::Sequential(
+            torch::nn::Linear(8, 32),
+            torch::nn::Tanh(),
+            torch::nn::Linear(32, 8)),
+        torch::randn({16, 8}, torch::requires_grad()),
+        {}};
+    return job;
+  };
+  auto train = [&](Job& job, bool use_checkpoint) {
+    for (int step = 0; step < 20; ++step) {
+      auto y = use_checkpoint
+                   ? remat::checkpoint(
+                         job.model, job.x, CheckpointOptions().mode(GetParam()))
+                   : job.model->forward(job.x);
+      (y * y).sum().backward();
+    }
+    job.grads = grads_of(*job.model);
+  };
+  Job expected_a = make_job(10), expected_b = make_job(20);
+  train(expected_a, false);
+  train(expected_b, false);
+  Job got_a = make_job(10), got_b = make_job(20);
+  std::thread thread_a([&] { train(got_a, true); });
+  std::thread thread_b([&] { train(got_b, true); });
+  thread_a.join();
+  thread_b.join();
+  expect_all_bitwise_equal(expected_a.grads, got_a.grads, "thread a");
+  expect_all_bitwise_equal(expected_b.grads, got_b.grads, "thread b");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BothModes,
+    Equivalence,
+    ::testing::Values(Mode::kNonReentrant, Mode::kReentrant),
+    [](const ::testing::TestParamInfo<Mode>& info) {
+      return info.param == Mode::kNonReentrant ? "NonReentrant" : "Reentrant";
+    });
+
+// ---- non-reentrant only
+// ------------------------------------------------------
+
+TEST(NonReentrant, AutogradGradWithExplicitInputsMatchesPlain) {
+  torch::manual_seed(9);
+  torch::nn::Linear layer(5, 5);
+  auto x = torch::randn({3, 5}, torch::requires_grad());
+  auto plain = torch::autograd::grad({torch::tanh(layer(x)).sum()}, {x})[0];
+  auto y = remat::checkpoint(
+      [&](const torch::Tensor& in) { return torch::tanh(layer(in)); }, x);
+  auto got = torch::autograd::grad({y.sum()}, {x})[0];
+  EXPECT_TRUE(bitwise_equal(plain, got));
+  EXPECT_FALSE(layer->weight.grad().defined()) << "grad() must not accumulate";
+}
+
+TEST(NonReentrant, CapturedParametersGetGradientsWhenNoInputRequiresGrad) {
+  torch::manual_seed(10);
+  torch::nn::Linear layer(4, 3);
+  auto x = torch::randn({2, 4});
+  layer(x).pow(2).sum().backward();
+  auto expected = layer->weight.grad().clone();
+  layer->zero_grad();
+  remat::checkpoint([&](const torch::Tensor& in) { return layer(in); }, x)
+      .pow(2)
+      .sum()
+      .backward();
+  EXPECT_TRUE(bitwise_equal(expected, layer->weight.grad()));
+}
+
+TEST(NonReentrant, BackwardThroughPartOfARegion) {
+  auto x = torch::randn({4}, torch::requires_grad());
+  auto outs = remat::checkpoint(
+      [](const variable_list& in) {
+        auto a = in[0].exp();
+        auto b = a.sin();
+        return variable_list{a, b};
+      },
+      {x});
+  outs[0].sum().backward();  // only the first output: b's branch unused
+  EXPECT_TRUE(bitwise_equal(x.exp(), x.grad()));
+}
+
+TEST(NonReentrant, BackwardTwiceWithRetainGraph) {
+  torch::manual_seed(11);
+  torch::nn::Linear layer(4, 4);
+  auto x = torch::randn({2, 4}, torch::requires_grad());
+  torch::tanh(layer(x)).sum().backward();
+  auto once = x.grad().clone();
+  x.mutable_grad() = torch::Tensor();
+  auto y = remat::checkpoint(
+      [&](const torch::Tensor& in) { return torch::tanh(layer(in)); }, x);
+  auto loss = y.sum();
+  loss.backward({}, /*retain_graph=*/true);
+  EXPECT_TRUE(bitwise_equal(once, x.grad()));
+  loss.backward();
+  EXPECT_TRUE(bitwise_equal(once * 2, x.grad()));
+}
+
+TEST(NonReentrant, EarlyStopSkipsWorkAfterTheLastSavedTensor) {
+  for (bool early_stop : {true, false}) {
+    int tail_runs = 0;
+    auto x = torch::randn({3}, torch::requires_grad());
+    auto y = remat::checkpoint(
+        [&](const torch::Tensor& in) {
+          auto saved = in.exp();  // exp saves its result
+          ++tail_runs;            // work after the last saved tensor
+          return saved * 2;       // multiplying by a scalar saves no tensor
+        },
+        x,
+        CheckpointOptions().early_stop(early_stop));
+    y.sum().backward();
+    EXPECT_EQ(tail_runs, early_stop ? 1 : 2) << "early_stop=" << early_stop;
+    EXPECT_TRUE(bitwise_equal(x.exp() * 2, x.grad()));
+  }
+}
+
+TEST(Reentrant, AutogradGradIsRefusedWithAClearError) {
+  auto x = torch::randn({3}, torch::requires_grad());
+  auto y = remat::checkpoint(
+      [](const torch::Tensor& in) { return in.exp(); },
+      x,
+      CheckpointOptions().mode(Mode::kReentrant));
+  try {
+    torch::autograd::grad({y.sum()}, {x});
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kNonReentrant"), std::string::npos)
+        << e.what();
+  }
+}
+
+// ---- bad input
+// ---------------------------------------------------------------
+
+TEST(CheckpointSequential, RejectsBadSegmentCounts) {
+  torch::nn::Sequential model(torch::nn::Linear(2, 2), torch::nn::ReLU());
+  auto x = torch::randn({1, 2});
+  for (int64_t segments : {0, -1, 3}) {
+    try {
+      remat::checkpoint_sequential(model, segments, x);
+      FAIL() << "expected an error for segments=" << segments;
+    } catch (const c10::Error& e) {
+      EXPECT_NE(
+          std::string(e.what()).find(
+              "got segments = " + std::to_string(segments)),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_THROW(
+      remat::checkpoint_sequential(torch::nn::Sequential(), 1, x), c10::Error);
+}
+
+TEST(Checkpoint, EmptyFunctionIsRejected) {
+  EXPECT_THROW(
+      remat::checkpoint(remat::Function(), {torch::randn({1})}), c10::Error);
+}
+
+TEST(Checkpoint, WithoutGradModeRunsPlainly) {
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({3});
+  auto y = remat::checkpoint([](const torch::Tensor& in) { return in * 2; }, x);
+  EXPECT_TRUE(bitwise_equal(x * 2, y));
+  EXPECT_FALSE(y.requires_grad());
+}
+
+}  // namespace

@@ -1,0 +1,65 @@
+// test_util.h: helpers shared by the LibTorch test suites: comparing gradients
+// against a reference with the maximum difference reported on failure.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace remat::testing {
+
+/// Bitwise equality of two tensors, with the max abs difference on failure.
+inline ::testing::AssertionResult bitwise_equal(
+    const torch::Tensor& expected, const torch::Tensor& actual) {
+  if (!expected.defined() || !actual.defined()) {
+    if (expected.defined() == actual.defined()) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure()
+           << "one tensor is undefined (expected defined: "
+           << expected.defined() << ", actual defined: " << actual.defined()
+           << ")";
+  }
+  if (expected.sizes() != actual.sizes() ||
+      expected.scalar_type() != actual.scalar_type()) {
+    return ::testing::AssertionFailure()
+           << "shape/dtype differ: " << expected.sizes() << " "
+           << expected.scalar_type() << " vs " << actual.sizes() << " "
+           << actual.scalar_type();
+  }
+  auto a = expected.detach().contiguous();
+  auto b = actual.detach().contiguous();
+  if (std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "not bitwise equal; max abs difference "
+         << (a.to(torch::kDouble) - b.to(torch::kDouble))
+                .abs()
+                .max()
+                .item<double>();
+}
+
+/// Gradients of every parameter of `module` (undefined where none).
+inline std::vector<torch::Tensor> grads_of(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : module.parameters()) {
+    grads.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+  }
+  return grads;
+}
+
+/// Asserts that two gradient lists are bitwise equal, naming the index.
+inline void expect_all_bitwise_equal(
+    const std::vector<torch::Tensor>& expected,
+    const std::vector<torch::Tensor>& actual,
+    const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_TRUE(bitwise_equal(expected[i], actual[i])) << what << " #" << i;
+  }
+}
+
+}  // namespace remat::testing
