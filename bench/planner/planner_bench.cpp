@@ -1,3 +1,144 @@
-int main() {
+// planner_bench: how long the planner's solvers take (not a test).
+//
+// Scenario: a seeded random heterogeneous chain (per stage: output 1-4 MiB,
+// saved 1-3x the output, occasional transients, forward 0.5-2 ms, backward
+// 1-4 ms), budget = min feasible + --fraction * (store-all peak - min
+// feasible). One row per chain length: median (and min) wall time of
+// solve_optimal over --runs runs, the Chen greedy time, and the simulated
+// slowdown of the optimal plan relative to store-all.
+//
+// Usage: planner_bench [--runs N] [--slots S] [--fraction F] [--stages a,b,..]
+// Defaults: --runs 5 --slots 500 --fraction 0.25 --stages 50,100,200,500.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "remat/planner.h"
+
+namespace {
+
+using remat::planner::Chain;
+using remat::planner::StageCost;
+
+Chain bench_chain(int64_t stages, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> output(1 << 20, 4 << 20);
+  std::uniform_real_distribution<double> factor(1.0, 3.0);
+  std::uniform_real_distribution<double> forward(0.5, 2.0);
+  std::uniform_real_distribution<double> backward(1.0, 4.0);
+  std::bernoulli_distribution has_tmp(0.2);
+  std::vector<StageCost> costs(stages);
+  for (StageCost& s : costs) {
+    s.forward_ms = forward(rng);
+    s.backward_ms = backward(rng);
+    s.output_bytes = output(rng);
+    s.saved_bytes = static_cast<int64_t>(s.output_bytes * factor(rng));
+    s.forward_tmp_bytes = has_tmp(rng) ? output(rng) : 0;
+    s.backward_tmp_bytes = has_tmp(rng) ? output(rng) : 0;
+  }
+  return Chain(std::move(costs), output(rng));
+}
+
+template <typename F>
+double time_ms(F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  const auto stop = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::milli>(stop - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(
+      stderr,
+      "planner_bench: %s\nusage: planner_bench [--runs N] [--slots S] "
+      "[--fraction F] [--stages a,b,...]\n",
+      why);
+  std::exit(2);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int runs = 5;
+  int64_t slots = 500;
+  double fraction = 0.25;
+  std::vector<int64_t> lengths = {50, 100, 200, 500};
+  for (int k = 1; k < argc; ++k) {
+    const std::string flag = argv[k];
+    if (k + 1 >= argc) {
+      usage(("missing value for " + flag).c_str());
+    }
+    const std::string value = argv[++k];
+    if (flag == "--runs") {
+      runs = std::max(1, std::atoi(value.c_str()));
+    } else if (flag == "--slots") {
+      slots = std::max<int64_t>(1, std::atoll(value.c_str()));
+    } else if (flag == "--fraction") {
+      fraction = std::atof(value.c_str());
+    } else if (flag == "--stages") {
+      lengths.clear();
+      std::stringstream list(value);
+      for (std::string item; std::getline(list, item, ',');) {
+        lengths.push_back(std::max<int64_t>(1, std::atoll(item.c_str())));
+      }
+    } else {
+      usage(("unknown flag " + flag).c_str());
+    }
+  }
+
+  std::printf(
+      "%7s %6s %12s %12s %12s %12s %10s %10s\n",
+      "stages",
+      "slots",
+      "budget_MiB",
+      "optimal_ms",
+      "(min_ms)",
+      "chen_ms",
+      "slowdown",
+      "peak/bud");
+  for (int64_t stages : lengths) {
+    const Chain chain = bench_chain(stages, 1000 + stages);
+    const int64_t low = remat::planner::min_feasible_budget_bytes(chain);
+    const int64_t high =
+        remat::planner::simulate(chain, remat::planner::solve_store_all(chain))
+            .peak_bytes;
+    const int64_t budget =
+        low + static_cast<int64_t>(fraction * static_cast<double>(high - low));
+    std::vector<double> optimal_ms;
+    std::optional<remat::planner::Plan> plan;
+    for (int r = 0; r < runs; ++r) {
+      optimal_ms.push_back(time_ms([&] {
+        plan = remat::planner::solve_optimal(chain, budget, {slots});
+      }));
+    }
+    const double chen_ms = time_ms(
+        [&] { (void)remat::planner::solve_chen_greedy(chain, budget); });
+    const remat::planner::Simulation sim =
+        remat::planner::simulate(chain, *plan);
+    const double store_all_ms =
+        remat::planner::simulate(chain, remat::planner::solve_store_all(chain))
+            .time_ms;
+    std::printf(
+        "%7lld %6lld %12.1f %12.2f %12.2f %12.2f %10.3f %10.3f\n",
+        static_cast<long long>(stages),
+        static_cast<long long>(slots),
+        static_cast<double>(budget) / (1 << 20),
+        median(optimal_ms),
+        *std::min_element(optimal_ms.begin(), optimal_ms.end()),
+        chen_ms,
+        sim.time_ms / store_all_ms,
+        static_cast<double>(sim.peak_bytes) / static_cast<double>(budget));
+  }
   return 0;
 }
