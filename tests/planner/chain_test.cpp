@@ -1,1 +1,70 @@
+// Chain validation: every rejected input names the stage and the field.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "remat/planner.h"
+
+namespace remat::planner {
+namespace {
+
+std::string error_of(std::vector<StageCost> stages, int64_t input_bytes) {
+  try {
+    Chain chain(std::move(stages), input_bytes);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Chain, KeepsWhatItIsGiven) {
+  Chain chain({StageCost{1, 2, 30, 40, 5, 6}, StageCost{3, 4, 50, 60}}, 20);
+  EXPECT_EQ(chain.size(), 2);
+  EXPECT_EQ(chain.input_bytes(), 20);
+  EXPECT_EQ(chain.stage(1).saved_bytes, 60);
+  EXPECT_EQ(chain.value_bytes(0), 20);
+  EXPECT_EQ(chain.value_bytes(2), 50);
+  EXPECT_THROW(chain.stage(2), std::out_of_range);
+}
+
+TEST(Chain, RejectsAnEmptyChain) {
+  EXPECT_NE(error_of({}, 1).find("empty"), std::string::npos);
+}
+
+TEST(Chain, RejectsNegativeSizesNamingStageAndField) {
+  StageCost bad{1, 1, 10, 10};
+  bad.forward_tmp_bytes = -3;
+  const std::string error = error_of({StageCost{}, bad}, 1);
+  EXPECT_NE(error.find("stage 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("forward_tmp_bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find("-3"), std::string::npos) << error;
+  EXPECT_NE(error_of({StageCost{}}, -1).find("input_bytes"), std::string::npos);
+}
+
+TEST(Chain, RejectsNegativeOrNonFiniteTimes) {
+  StageCost nan_stage;
+  nan_stage.backward_ms = std::nan("");
+  std::string error = error_of({nan_stage}, 0);
+  EXPECT_NE(error.find("stage 0 backward_ms"), std::string::npos) << error;
+  StageCost negative;
+  negative.forward_ms = -1;
+  error = error_of({StageCost{}, StageCost{}, negative}, 0);
+  EXPECT_NE(error.find("stage 2 forward_ms"), std::string::npos) << error;
+  StageCost infinite;
+  infinite.forward_ms = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_of({infinite}, 0).find("forward_ms"), std::string::npos);
+}
+
+TEST(Chain, RejectsByteTotalsThatWouldOverflow) {
+  StageCost big;
+  big.saved_bytes = std::numeric_limits<int64_t>::max() / 8;
+  const std::string error = error_of({big, big, big}, 0);
+  EXPECT_NE(error.find("stage 2 saved_bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find("exceed"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace remat::planner

@@ -1,1 +1,82 @@
+// simulate(): peaks and times computed by hand from the memory model, and one
+// test per broken rule.
 #include <gtest/gtest.h>
+
+#include "remat/planner.h"
+
+namespace remat::planner {
+namespace {
+
+// Stage i: output 10 * (i + 1), saved output + 5, forward tmp 3, backward 7.
+Chain three_stages() {
+  std::vector<StageCost> stages;
+  for (int64_t i = 0; i < 3; ++i) {
+    stages.push_back(
+        StageCost{1.0 + i, 2.0 + i, 10 * (i + 1), 10 * (i + 1) + 5, 3, 7});
+  }
+  return Chain(stages, 4);
+}
+
+TEST(Simulate, CountsStoreAllByTheMemoryModel) {
+  const Chain chain = three_stages();
+  const Simulation sim = simulate(chain, plan_from_string("R0 R1 R2 B2 B1 B0"));
+  ASSERT_TRUE(sim.valid) << sim.error;
+  // Records 15 + 25 + 35 on top of x_0 = 4 -> 79. B2: + g_3 (30) + g_2 (20)
+  // + tmp 7 = 136 is the peak.
+  EXPECT_EQ(sim.peak_bytes, 4 + 15 + 25 + 35 + 30 + 20 + 7);
+  EXPECT_DOUBLE_EQ(sim.time_ms, (1 + 2 + 3) + (2 + 3 + 4));
+}
+
+TEST(Simulate, CountsACheckpointedSegment) {
+  const Chain chain = three_stages();
+  const Simulation sim =
+      simulate(chain, plan_from_string("C0 N1 R2 B2 R0 R1 B1 B0"));
+  ASSERT_TRUE(sim.valid) << sim.error;
+  // N1: x_0 4 + x_1 10 + x_2 20 + tmp 3 = 37. After: 4 + 20.
+  // R2: 24 + 35 + 3 = 62. B2: 4 + 20 + 35 + g_3 30 + g_2 20 + 7 = 116, then
+  // R_2, g_3 and the kept x_2 go: 4 + g_2 20 = 24. R0: 24 + 15 + 3; R1: 24 +
+  // 15 + 25 + 3 = 67; B1: 4 + 15 + 25 + 20 + g_1 10 + 7 = 81.
+  EXPECT_EQ(sim.peak_bytes, 116);
+  EXPECT_DOUBLE_EQ(sim.time_ms, (1 + 2) + 3 + (2 + 3 + 4) + (1 + 2));
+}
+
+struct BrokenPlan {
+  const char* plan;
+  const char* error;
+};
+
+TEST(Simulate, NamesTheFirstBrokenRule) {
+  const Chain chain = three_stages();
+  for (const BrokenPlan& broken : std::vector<BrokenPlan>{
+           {"R0 R1 R2 B2 B0 B1", "op 4 (B0): backward of stage 0 out of order"},
+           {"R0 N1 R2 B2 B1 B0",
+            "op 4 (B1): backward of stage 1, which is not"},
+           {"N0 N1 R2 B2 R1", "op 4 (R1): forward of stage 1 needs x_1"},
+           {"R0 R1 R2 B2 B1", "the plan ends before the backward of stage 0"},
+           {"R0 R1", "the plan ends before the backward of stage 2"},
+           {"R0 R3", "op 1 (R3): stage 3 out of range [0, 3)"},
+           {"R0 R1 N2", "must be kForwardRecord"},
+           {"R0 R0", "op 1 (R0): forward of stage 0 would compute x_1, which"},
+           {"R0 R1 R2 B2 R2", "forward of stage 2 after its backward"},
+           {"R0 R1 R2 B2 B1 B0 B0", "after every backward has run"},
+       }) {
+    const Simulation sim = simulate(chain, plan_from_string(broken.plan));
+    EXPECT_FALSE(sim.valid) << broken.plan;
+    EXPECT_NE(sim.error.find(broken.error), std::string::npos)
+        << broken.plan << ": " << sim.error;
+  }
+}
+
+TEST(Replay, LeavesTheStateUnchangedOnABadOp) {
+  const Chain chain = three_stages();
+  Replay replay(chain);
+  EXPECT_FALSE(replay.apply({OpKind::kBackward, 2}).empty());
+  EXPECT_EQ(replay.current_bytes(), 4);
+  EXPECT_EQ(replay.holding(0), Replay::Holding::kKept);
+  EXPECT_TRUE(replay.apply({OpKind::kForwardRecord, 0}).empty());
+  EXPECT_EQ(replay.holding(1), Replay::Holding::kInRecord);
+  EXPECT_TRUE(replay.recorded(0));
+}
+
+}  // namespace
+}  // namespace remat::planner
