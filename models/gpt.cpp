@@ -1,0 +1,255 @@
+// gpt.cpp — GPT-style transformer parts and factory (see gpt.h).
+#include <models/gpt.h>
+
+#include <cmath>
+#include <limits>
+
+namespace remat::models {
+namespace {
+
+void check_gpt_options(const char* where, const GptOptions& options) {
+  TORCH_CHECK(
+      options.vocab() > 0 && options.seq_len() > 0 && options.layers() > 0 &&
+          options.hidden() > 0 && options.heads() > 0,
+      where,
+      ": expected positive vocab, seq_len, layers, hidden and heads, got ",
+      options.vocab(),
+      ", ",
+      options.seq_len(),
+      ", ",
+      options.layers(),
+      ", ",
+      options.hidden(),
+      ", ",
+      options.heads());
+  TORCH_CHECK(
+      options.hidden() % options.heads() == 0,
+      where,
+      ": expected hidden divisible by heads, got hidden ",
+      options.hidden(),
+      " and heads ",
+      options.heads());
+  TORCH_CHECK(
+      options.dropout() >= 0.0 && options.dropout() < 1.0,
+      where,
+      ": expected dropout in [0, 1), got ",
+      options.dropout());
+}
+
+torch::nn::LayerNorm layer_norm(int64_t width) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}));
+}
+
+}  // namespace
+
+// ---- TokenPositionEmbedding
+// --------------------------------------------------
+
+TokenPositionEmbeddingImpl::TokenPositionEmbeddingImpl(
+    const GptOptions& options_)
+    : options(options_) {
+  reset();
+}
+
+void TokenPositionEmbeddingImpl::reset() {
+  check_gpt_options("remat::models::TokenPositionEmbedding", options);
+  token = register_module(
+      "token", torch::nn::Embedding(options.vocab(), options.hidden()));
+  position = register_module(
+      "position", torch::nn::Embedding(options.seq_len(), options.hidden()));
+  dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+}
+
+void TokenPositionEmbeddingImpl::pretty_print(std::ostream& stream) const {
+  stream << "remat::models::TokenPositionEmbedding(vocab=" << options.vocab()
+         << ", seq_len=" << options.seq_len() << ", hidden=" << options.hidden()
+         << ")";
+}
+
+torch::Tensor TokenPositionEmbeddingImpl::forward(const torch::Tensor& tokens) {
+  TORCH_CHECK(
+      tokens.dim() == 2 && tokens.scalar_type() == torch::kLong,
+      "remat::models::TokenPositionEmbedding: expected int64 token ids "
+      "[batch, seq], got ",
+      tokens.scalar_type(),
+      " ",
+      tokens.sizes());
+  const int64_t seq = tokens.size(1);
+  TORCH_CHECK(
+      seq <= options.seq_len(),
+      "remat::models::TokenPositionEmbedding: expected seq <= seq_len ",
+      options.seq_len(),
+      ", got ",
+      seq);
+  auto positions = torch::arange(seq, tokens.options());
+  return dropout->forward(
+      token->forward(tokens) + position->forward(positions));
+}
+
+// ---- AttentionCore
+// -------------------------------------------------------------
+
+AttentionCoreImpl::AttentionCoreImpl(const GptOptions& options_)
+    : options(options_) {
+  reset();
+}
+
+void AttentionCoreImpl::reset() {
+  check_gpt_options("remat::models::AttentionCore", options);
+  dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+  causal_mask = register_buffer(
+      "causal_mask",
+      torch::ones({options.seq_len(), options.seq_len()}, torch::kBool)
+          .triu(1));
+}
+
+void AttentionCoreImpl::pretty_print(std::ostream& stream) const {
+  stream << "remat::models::AttentionCore(heads=" << options.heads()
+         << ", dropout=" << options.dropout() << ")";
+}
+
+torch::Tensor AttentionCoreImpl::forward(const torch::Tensor& qkv) {
+  const int64_t hidden = options.hidden();
+  TORCH_CHECK(
+      qkv.dim() == 3 && qkv.size(2) == 3 * hidden &&
+          qkv.size(1) <= options.seq_len(),
+      "remat::models::AttentionCore: expected qkv [batch, seq <= ",
+      options.seq_len(),
+      ", ",
+      3 * hidden,
+      "], got ",
+      qkv.sizes());
+  const int64_t batch = qkv.size(0);
+  const int64_t seq = qkv.size(1);
+  const int64_t heads = options.heads();
+  const int64_t head_dim = hidden / heads;
+  // [3, batch, heads, seq, head_dim]
+  auto parts =
+      qkv.view({batch, seq, 3, heads, head_dim}).permute({2, 0, 3, 1, 4});
+  auto query = parts[0];
+  auto key = parts[1];
+  auto value = parts[2];
+  auto scores = torch::matmul(query, key.transpose(-2, -1)) *
+                (1.0 / std::sqrt(static_cast<double>(head_dim)));
+  auto mask = causal_mask.narrow(0, 0, seq).narrow(1, 0, seq);
+  scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
+  auto probabilities = dropout->forward(torch::softmax(scores, -1));
+  auto context = torch::matmul(probabilities, value);  // [batch, heads, seq, d]
+  return context.transpose(1, 2).reshape({batch, seq, hidden});
+}
+
+// ---- CausalSelfAttention
+// ---------------------------------------------------------
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& options_)
+    : options(options_) {
+  reset();
+}
+
+void CausalSelfAttentionImpl::reset() {
+  check_gpt_options("remat::models::CausalSelfAttention", options);
+  qkv = register_module(
+      "qkv", torch::nn::Linear(options.hidden(), 3 * options.hidden()));
+  core = register_module("core", AttentionCore(options));
+  proj = register_module(
+      "proj", torch::nn::Linear(options.hidden(), options.hidden()));
+  dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+}
+
+void CausalSelfAttentionImpl::pretty_print(std::ostream& stream) const {
+  stream << "remat::models::CausalSelfAttention(hidden=" << options.hidden()
+         << ", heads=" << options.heads() << ")";
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
+  return dropout->forward(proj->forward(core->forward(qkv->forward(input))));
+}
+
+// ---- TransformerBlock
+// ----------------------------------------------------------
+
+TransformerBlockImpl::TransformerBlockImpl(const GptOptions& options_)
+    : options(options_) {
+  reset();
+}
+
+void TransformerBlockImpl::reset() {
+  check_gpt_options("remat::models::TransformerBlock", options);
+  const int64_t hidden = options.hidden();
+  ln1 = register_module("ln1", layer_norm(hidden));
+  attention = register_module("attention", CausalSelfAttention(options));
+  ln2 = register_module("ln2", layer_norm(hidden));
+  fc1 = register_module("fc1", torch::nn::Linear(hidden, 4 * hidden));
+  gelu = register_module("gelu", torch::nn::GELU());
+  fc2 = register_module("fc2", torch::nn::Linear(4 * hidden, hidden));
+  dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+}
+
+void TransformerBlockImpl::pretty_print(std::ostream& stream) const {
+  stream << "remat::models::TransformerBlock(hidden=" << options.hidden()
+         << ", heads=" << options.heads() << ", dropout=" << options.dropout()
+         << ")";
+}
+
+torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
+  auto x = input + attention->forward(ln1->forward(input));
+  auto mlp = fc2->forward(gelu->forward(fc1->forward(ln2->forward(x))));
+  return x + dropout->forward(mlp);
+}
+
+// ---- LmHead
+// --------------------------------------------------------------------
+
+LmHeadImpl::LmHeadImpl(const GptOptions& options_) : options(options_) {
+  reset();
+}
+
+void LmHeadImpl::reset() {
+  check_gpt_options("remat::models::LmHead", options);
+  norm = register_module("norm", layer_norm(options.hidden()));
+  linear = register_module(
+      "linear",
+      torch::nn::Linear(
+          torch::nn::LinearOptions(options.hidden(), options.vocab())
+              .bias(false)));
+}
+
+void LmHeadImpl::pretty_print(std::ostream& stream) const {
+  stream << "remat::models::LmHead(hidden=" << options.hidden()
+         << ", vocab=" << options.vocab() << ")";
+}
+
+torch::Tensor LmHeadImpl::forward(const torch::Tensor& input) {
+  return linear->forward(norm->forward(input));
+}
+
+// ---- factory
+// -------------------------------------------------------------------
+
+torch::nn::Sequential gpt(const GptOptions& options) {
+  check_gpt_options("remat::models::gpt", options);
+  torch::nn::Sequential model;
+  model->push_back(TokenPositionEmbedding(options));
+  for (int64_t layer = 0; layer < options.layers(); ++layer) {
+    model->push_back(TransformerBlock(options));
+  }
+  model->push_back(LmHead(options));
+  return model;
+}
+
+torch::Tensor gpt_loss(
+    const torch::Tensor& logits, const torch::Tensor& targets) {
+  TORCH_CHECK(
+      logits.dim() == 3 && targets.dim() == 2 &&
+          logits.size(0) == targets.size(0) &&
+          logits.size(1) == targets.size(1),
+      "remat::models::gpt_loss: expected logits [B, S, vocab] and targets "
+      "[B, S], got ",
+      logits.sizes(),
+      " and ",
+      targets.sizes());
+  return torch::nn::functional::cross_entropy(
+      logits.reshape({-1, logits.size(2)}), targets.reshape({-1}));
+}
+
+}  // namespace remat::models
