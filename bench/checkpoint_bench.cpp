@@ -1,0 +1,196 @@
+// checkpoint_bench: the memory/time trade-off of remat::checkpoint on issue 2's
+// model, measured per ../shared/bench-protocol.md.
+//
+// Model: `blocks` residual blocks x + Linear(hidden->dim)(Dropout(GELU(
+// Linear(dim->hidden)(LayerNorm(x))))), batch `batch`. Configurations:
+//   none             plain forward/backward (the baseline)
+//   per-block        remat::checkpoint around every block (non-reentrant)
+//   per-block-reent  the same in Mode::kReentrant
+//   sequential(K)    remat::checkpoint_sequential with K segments
+// Rounds interleave the configurations (A B C D A B C D ...); the first
+// `warmup` rounds are discarded. Each step re-seeds the RNG identically, so
+// every configuration must reproduce the baseline's gradients exactly: the
+// largest absolute gradient difference is reported (0 = bitwise equal).
+// Activation peak: MemoryMeter started just before forward, parameter
+// gradients already allocated.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+#include <CLI/CLI.hpp>
+
+#include "models/models.h"
+#include "remat/remat.h"
+
+namespace {
+
+struct Config {
+  std::string name;
+  std::function<torch::Tensor(torch::nn::Sequential&, const torch::Tensor&)>
+      forward;
+  std::vector<double> step_ms;
+  int64_t peak_bytes = 0;
+  double max_grad_diff = 0;
+};
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+torch::Tensor per_block(
+    torch::nn::Sequential& model, torch::Tensor x, remat::Mode mode) {
+  for (auto it = model->begin(); it != model->end(); ++it) {
+    auto module = *it;
+    x = remat::checkpoint(
+        [module](const torch::Tensor& in) mutable {
+          return module.forward(in);
+        },
+        x,
+        remat::CheckpointOptions().mode(mode));
+  }
+  return x;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"remat checkpoint benchmark (issue 2 figures)"};
+  int64_t blocks = 32, dim = 512, hidden = 2048, batch = 1024, segments = 6;
+  int warmup = 3, steps = 10, threads = 2;
+  bool markdown = false;
+  app.add_option("--blocks", blocks, "residual blocks")->capture_default_str();
+  app.add_option("--dim", dim, "model width")->capture_default_str();
+  app.add_option("--hidden", hidden, "feed-forward width")
+      ->capture_default_str();
+  app.add_option("--batch", batch, "batch size")->capture_default_str();
+  app.add_option("--segments", segments, "checkpoint_sequential segments")
+      ->capture_default_str();
+  app.add_option("--warmup", warmup, "discarded rounds")->capture_default_str();
+  app.add_option("--steps", steps, "measured rounds")->capture_default_str();
+  app.add_option("--threads", threads, "torch threads")->capture_default_str();
+  app.add_flag("--markdown", markdown, "print the table as markdown");
+  CLI11_PARSE(app, argc, argv);
+
+  torch::set_num_threads(threads);
+  remat::install_tracking_allocator();
+  torch::manual_seed(0);
+  auto model = remat::models::residual_ffn_stack(
+      remat::models::ResidualFfnStackOptions().blocks(blocks).dim(dim).hidden(
+          hidden));
+  model->train();
+  auto x = torch::randn({batch, dim});
+  for (auto& p : model->parameters()) {
+    p.mutable_grad() = torch::zeros_like(p);
+  }
+
+  std::vector<Config> configs;
+  configs.push_back(
+      {"none", [](auto& m, const auto& in) { return m->forward(in); }});
+  configs.push_back({"per-block", [](auto& m, const auto& in) {
+                       return per_block(m, in, remat::Mode::kNonReentrant);
+                     }});
+  configs.push_back({"per-block-reentrant", [](auto& m, const auto& in) {
+                       return per_block(m, in, remat::Mode::kReentrant);
+                     }});
+  configs.push_back(
+      {"sequential(" + std::to_string(segments) + ")",
+       [segments](auto& m, const auto& in) {
+         return remat::checkpoint_sequential(m, segments, in);
+       }});
+  // Reentrant mode needs an input that requires grad to reach the parameters.
+  auto x_grad = x.clone().requires_grad_(true);
+
+  std::vector<torch::Tensor> reference_grads;
+  for (int round = 0; round < warmup + steps; ++round) {
+    for (size_t c = 0; c < configs.size(); ++c) {
+      auto& config = configs[c];
+      for (auto& p : model->parameters()) {
+        p.mutable_grad().zero_();
+      }
+      torch::manual_seed(1000 + round);
+      remat::MemoryMeter meter;
+      const auto start = std::chrono::steady_clock::now();
+      auto y = config.forward(model, x_grad);
+      y.pow(2).mean().backward();
+      const double ms = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+      const int64_t peak = meter.peak_delta_bytes();
+      x_grad.mutable_grad() = torch::Tensor();
+      if (round < warmup) {
+        continue;
+      }
+      config.step_ms.push_back(ms);
+      config.peak_bytes = std::max(config.peak_bytes, peak);
+      if (c == 0) {
+        reference_grads.clear();
+        for (auto& p : model->parameters()) {
+          reference_grads.push_back(p.grad().clone());
+        }
+      } else {
+        auto params = model->parameters();
+        for (size_t i = 0; i < params.size(); ++i) {
+          config.max_grad_diff = std::max(
+              config.max_grad_diff,
+              (params[i].grad() - reference_grads[i])
+                  .abs()
+                  .max()
+                  .item<double>());
+        }
+      }
+    }
+  }
+
+  const auto& base = configs[0];
+  const double base_ms = median(base.step_ms);
+  std::printf(
+      "model: %lld residual blocks dim %lld hidden %lld, batch %lld; %d "
+      "threads; "
+      "%d warm-up + %d measured rounds, interleaved\n",
+      (long long)blocks,
+      (long long)dim,
+      (long long)hidden,
+      (long long)batch,
+      threads,
+      warmup,
+      steps);
+  const char* row =
+      markdown ? "| %-22s | %10.1f | %6.3f | %9.1f | %9.1f | %6.3f | %9.3g |\n"
+               : "%-24s %10.1f %8.3f %11.1f %11.1f %8.3f %11.3g\n";
+  if (markdown) {
+    std::printf(
+        "| config | peak MB | memory ratio | median ms | spread ms | time "
+        "ratio | max grad diff |\n"
+        "|---|---|---|---|---|---|---|\n");
+  } else {
+    std::printf(
+        "%-24s %10s %8s %11s %11s %8s %11s\n",
+        "config",
+        "peak MB",
+        "mem x",
+        "median ms",
+        "spread ms",
+        "time x",
+        "grad diff");
+  }
+  for (const auto& config : configs) {
+    const auto [lo, hi] =
+        std::minmax_element(config.step_ms.begin(), config.step_ms.end());
+    std::printf(
+        row,
+        config.name.c_str(),
+        config.peak_bytes / 1e6,
+        static_cast<double>(config.peak_bytes) / base.peak_bytes,
+        median(config.step_ms),
+        *hi - *lo,
+        median(config.step_ms) / base_ms,
+        config.max_grad_diff);
+  }
+  return 0;
+}
