@@ -4,7 +4,9 @@
 // saved 1-3x the output, occasional transients, forward 0.5-2 ms, backward
 // 1-4 ms), budget = min feasible + --fraction * (store-all peak - min
 // feasible). One row per chain length: median (and min) wall time of
-// solve_optimal over --runs runs, the Chen greedy time, and the simulated
+// solve_optimal over --runs runs, the median CPU time of the calling thread
+// over the same runs (on a shared, loaded machine wall time includes waiting
+// for a core; CPU time does not), the Chen greedy time, and the simulated
 // slowdown of the optimal plan relative to store-all.
 //
 // Usage: planner_bench [--runs N] [--slots S] [--fraction F] [--stages a,b,..]
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <random>
 #include <sstream>
 #include <string>
@@ -52,6 +55,14 @@ double time_ms(F&& f) {
   return std::chrono::duration<double, std::milli>(stop - start).count();
 }
 
+// CPU time of the calling thread in ms (POSIX).
+double thread_cpu_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 +
+         static_cast<double>(now.tv_nsec) / 1e6;
+}
+
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
@@ -67,7 +78,7 @@ double median(std::vector<double> values) {
   std::exit(2);
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   int runs = 5;
@@ -98,12 +109,13 @@ int main(int argc, char** argv) {
   }
 
   std::printf(
-      "%7s %6s %12s %12s %12s %12s %10s %10s\n",
+      "%7s %6s %12s %12s %12s %12s %12s %10s %10s\n",
       "stages",
       "slots",
       "budget_MiB",
       "optimal_ms",
       "(min_ms)",
+      "cpu_ms",
       "chen_ms",
       "slowdown",
       "peak/bud");
@@ -116,11 +128,14 @@ int main(int argc, char** argv) {
     const int64_t budget =
         low + static_cast<int64_t>(fraction * static_cast<double>(high - low));
     std::vector<double> optimal_ms;
+    std::vector<double> cpu_ms;
     std::optional<remat::planner::Plan> plan;
     for (int r = 0; r < runs; ++r) {
+      const double cpu_start = thread_cpu_ms();
       optimal_ms.push_back(time_ms([&] {
         plan = remat::planner::solve_optimal(chain, budget, {slots});
       }));
+      cpu_ms.push_back(thread_cpu_ms() - cpu_start);
     }
     const double chen_ms = time_ms(
         [&] { (void)remat::planner::solve_chen_greedy(chain, budget); });
@@ -130,12 +145,13 @@ int main(int argc, char** argv) {
         remat::planner::simulate(chain, remat::planner::solve_store_all(chain))
             .time_ms;
     std::printf(
-        "%7lld %6lld %12.1f %12.2f %12.2f %12.2f %10.3f %10.3f\n",
+        "%7lld %6lld %12.1f %12.2f %12.2f %12.2f %12.2f %10.3f %10.3f\n",
         static_cast<long long>(stages),
         static_cast<long long>(slots),
         static_cast<double>(budget) / (1 << 20),
         median(optimal_ms),
         *std::min_element(optimal_ms.begin(), optimal_ms.end()),
+        median(cpu_ms),
         chen_ms,
         sim.time_ms / store_all_ms,
         static_cast<double>(sim.peak_bytes) / static_cast<double>(budget));

@@ -15,6 +15,28 @@ namespace remat::planner::detail {
 #define REMAT_PLANNER_KERNEL_CLONES
 #endif
 
+namespace {
+
+// Whether some k in [0, size) has first + second - best < threshold. Inlined
+// into each clone; with size = kScanBlock the loop has a constant trip count
+// and is fully unrolled.
+inline bool any_candidate(
+    const int16_t* first_codes,
+    const int16_t* second_codes,
+    const int32_t* best_codes,
+    int64_t size,
+    int32_t threshold) {
+  int32_t hits = 0;
+  for (int64_t k = 0; k < size; ++k) {
+    const int32_t gap = static_cast<int32_t>(first_codes[k]) +
+                        static_cast<int32_t>(second_codes[k]) - best_codes[k];
+    hits |= gap < threshold ? 1 : 0;
+  }
+  return hits != 0;
+}
+
+}  // namespace
+
 REMAT_PLANNER_KERNEL_CLONES
 int64_t find_candidate_block(
     const int16_t* first_codes,
@@ -22,17 +44,32 @@ int64_t find_candidate_block(
     const int32_t* best_codes,
     int64_t count,
     int32_t threshold) {
-  for (int64_t start = 0; start < count; start += kScanBlock) {
-    const int64_t stop = std::min(count, start + kScanBlock);
-    int32_t hits = 0;
-    for (int64_t k = start; k < stop; ++k) {
-      const int32_t gap = static_cast<int32_t>(first_codes[k]) +
-                          static_cast<int32_t>(second_codes[k]) - best_codes[k];
-      hits |= gap < threshold ? 1 : 0;
+  int64_t start = 0;
+  for (; start + kScanBlock <= count; start += kScanBlock) {
+    // All three code arrays are non-increasing: the gap is least at the
+    // block's corner (option codes at its end, best's at its start).
+    const int64_t last = start + kScanBlock - 1;
+    if (static_cast<int32_t>(first_codes[last]) +
+            static_cast<int32_t>(second_codes[last]) - best_codes[start] >=
+        threshold) {
+      continue;
     }
-    if (hits != 0) {
+    if (any_candidate(
+            first_codes + start,
+            second_codes + start,
+            best_codes + start,
+            kScanBlock,
+            threshold)) {
       return start;
     }
+  }
+  if (start < count && any_candidate(
+                           first_codes + start,
+                           second_codes + start,
+                           best_codes + start,
+                           count - start,
+                           threshold)) {
+    return start;
   }
   return count;
 }

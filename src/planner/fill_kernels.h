@@ -33,7 +33,8 @@ inline int32_t upper_code(double time_ms, double base_ms, double per_quantum) {
 /// Offset of the first block [k, min(k + kScanBlock, count)), k a multiple of
 /// kScanBlock, holding a k' with first_codes[k'] + second_codes[k'] -
 /// best_codes[k'] < threshold; count if there is none.
-/// REQUIRES: count >= 0; the three arrays hold count values.
+/// REQUIRES: count >= 0; the three arrays hold count values, each
+/// non-increasing (it skips a block by its corner).
 int64_t find_candidate_block(
     const int16_t* first_codes,
     const int16_t* second_codes,

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "fill_kernels.h"
+#include "optimal_table.h"
 #include "remat/planner/simulate.h"
 #include "remat/planner/solvers.h"
 #include "segment_table.h"
@@ -252,15 +253,15 @@ void relax(
   // least codes (at top); find that m by bisection.
   const int32_t least_codes =
       int32_t{code_at(first, top - shift)} + int32_t{code_at(second, top)};
-  int64_t low = start;
-  int64_t high = top + 1;
-  while (low < high) {
-    const int64_t mid = low + (high - low) / 2;
-    if (least_codes - best.codes[mid - best.lo] >= threshold) {
-      high = mid;
-    } else {
-      low = mid + 1;
-    }
+  // Branch-free: the outcome of each probe is unpredictable.
+  int64_t low = start;  // first m not known to be skipped
+  int64_t span = top + 1 - start;
+  while (span > 0) {
+    const int64_t half = span / 2;
+    const bool skipped =
+        least_codes - best.codes[low + half - best.lo] >= threshold;
+    low = skipped ? low : low + half + 1;
+    span = skipped ? half : span - half - 1;
   }
   const int64_t end = low - 1;
   const int64_t first_tail_from = first.hi + shift;
@@ -396,6 +397,49 @@ void fill_table(
   }
 }
 
+// The DP's definition, for tests: every option at every m of [need, top],
+// the same double expressions as relax, no pruning.
+void reference_fill(
+    const UnitChain& chain,
+    const SegmentArray<SegmentInfo>& info,
+    SegmentCostTable& table) {
+  const int64_t n = chain.size();
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t a = b - 1; a >= 0; --a) {
+      const int64_t count = table.stored_count(a, b);
+      const SegmentInfo& cell = info.at(a, b);
+      double* best = table.mutable_row(a, b);
+      const UnitStage& s = chain.stage(a);
+      const CostRow& rest = table.row(a + 1, b);
+      const int64_t record_from =
+          std::max(chain.record_units(a, b), s.saved_units + rest.lo);
+      for (int64_t m = std::max(record_from, cell.lo); m < cell.lo + count;
+           ++m) {
+        const double value =
+            ((s.forward_ms + s.backward_ms) + rest.at(m - s.saved_units)) + 0.0;
+        best[m - cell.lo] = std::min(best[m - cell.lo], value);
+      }
+      double chain_ms = 0;
+      int64_t step_max = 0;
+      for (int64_t j = a + 1; j <= b; ++j) {
+        chain_ms += chain.stage(j - 1).forward_ms;
+        step_max = std::max(step_max, chain.chain_step_units(a, j - 1));
+        const CostRow& later = table.row(j, b);
+        const CostRow& earlier = table.row(a, j - 1);
+        const int64_t keep = chain.value_units(j);
+        const int64_t need = std::max(
+            {chain.pending_grad_units(b) + step_max,
+             keep + later.lo,
+             earlier.lo});
+        for (int64_t m = std::max(need, cell.lo); m < cell.lo + count; ++m) {
+          const double value = (chain_ms + later.at(m - keep)) + earlier.at(m);
+          best[m - cell.lo] = std::min(best[m - cell.lo], value);
+        }
+      }
+    }
+  }
+}
+
 void emit_record_all(int64_t a, int64_t b, Plan& plan) {
   for (int64_t i = a; i <= b; ++i) {
     plan.ops.push_back({OpKind::kForwardRecord, i});
@@ -505,6 +549,16 @@ void emit_min_memory(
   assert(false && "segment lo matches no option");
 }
 
+// Bytes per memory slot: ceil((budget - input) / slots), at least 1.
+int64_t slot_bytes(
+    const Chain& chain, int64_t budget_bytes, const SolverOptions& options) {
+  const int64_t available = budget_bytes - chain.input_bytes();
+  return std::max<int64_t>(
+      1,
+      available / options.memory_slots +
+          (available % options.memory_slots != 0 ? 1 : 0));
+}
+
 }  // namespace
 
 int64_t min_feasible_budget_bytes(const Chain& chain) {
@@ -539,12 +593,8 @@ std::optional<Plan> solve_optimal(
   if (budget_bytes < min_feasible_budget_bytes(chain)) {
     return std::nullopt;
   }
-  const int64_t available = budget_bytes - chain.input_bytes();
-  const int64_t unit_bytes = std::max<int64_t>(
-      1,
-      available / options.memory_slots +
-          (available % options.memory_slots != 0 ? 1 : 0));
-  const int64_t max_slots = available / unit_bytes;
+  const int64_t unit_bytes = slot_bytes(chain, budget_bytes, options);
+  const int64_t max_slots = (budget_bytes - chain.input_bytes()) / unit_bytes;
   const UnitChain units(chain, unit_bytes);
   const int64_t last = chain.size() - 1;
   const SegmentArray<SegmentInfo> info = segment_info(units);
@@ -560,4 +610,41 @@ std::optional<Plan> solve_optimal(
   return plan;
 }
 
+namespace detail {
+
+std::vector<double> optimal_time_table(
+    const Chain& chain,
+    int64_t budget_bytes,
+    int64_t memory_slots,
+    FillKind kind) {
+  const SolverOptions options{memory_slots};
+  if (budget_bytes >= simulate(chain, solve_store_all(chain)).peak_bytes ||
+      budget_bytes < min_feasible_budget_bytes(chain)) {
+    return {};
+  }
+  const int64_t unit_bytes = slot_bytes(chain, budget_bytes, options);
+  const int64_t max_slots = (budget_bytes - chain.input_bytes()) / unit_bytes;
+  const UnitChain units(chain, unit_bytes);
+  const int64_t n = chain.size();
+  const SegmentArray<SegmentInfo> info = segment_info(units);
+  if (info.at(0, n - 1).lo > max_slots) {
+    return {};
+  }
+  SegmentCostTable table(info, max_slots);
+  if (kind == FillKind::kFiltered) {
+    fill_table(units, info, table);
+  } else {
+    reference_fill(units, info, table);
+  }
+  std::vector<double> times;
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t a = 0; a <= b; ++a) {
+      const double* row = table.mutable_row(a, b);
+      times.insert(times.end(), row, row + table.stored_count(a, b));
+    }
+  }
+  return times;
+}
+
+}  // namespace detail
 }  // namespace remat::planner

@@ -1,0 +1,29 @@
+// Private: solve_optimal's DP table as a flat vector, for tests that compare
+// the filtered fill (NOTE: [Quantized filter] in solve_optimal.cpp) with the
+// plain definition of the DP. Not part of the public API.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "remat/planner/chain.h"
+
+namespace remat::planner::detail {
+
+/// Which fill computes the table.
+enum class FillKind {
+  kFiltered,   ///< the fill solve_optimal uses
+  kReference,  ///< every option at every m, no pruning, no codes
+};
+
+/// Every stored time of solve_optimal's table for (chain, budget_bytes,
+/// memory_slots), segments in table order, m ascending; empty when
+/// solve_optimal does not fill a table (store-all fits, or nothing fits
+/// after rounding). REQUIRES: budget_bytes > 0, memory_slots >= 1.
+std::vector<double> optimal_time_table(
+    const Chain& chain,
+    int64_t budget_bytes,
+    int64_t memory_slots,
+    FillKind kind);
+
+}  // namespace remat::planner::detail
