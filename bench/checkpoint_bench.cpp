@@ -29,10 +29,14 @@
 
 namespace {
 
+using Forward =
+    std::function<torch::Tensor(torch::nn::Sequential&, const torch::Tensor&)>;
+
 struct Config {
+  Config(std::string name, Forward forward)
+      : name(std::move(name)), forward(std::move(forward)) {}
   std::string name;
-  std::function<torch::Tensor(torch::nn::Sequential&, const torch::Tensor&)>
-      forward;
+  Forward forward;
   std::vector<double> step_ms;
   int64_t peak_bytes = 0;
   double max_grad_diff = 0;
@@ -90,19 +94,24 @@ int main(int argc, char** argv) {
   }
 
   std::vector<Config> configs;
-  configs.push_back(
-      {"none", [](auto& m, const auto& in) { return m->forward(in); }});
-  configs.push_back({"per-block", [](auto& m, const auto& in) {
-                       return per_block(m, in, remat::Mode::kNonReentrant);
-                     }});
-  configs.push_back({"per-block-reentrant", [](auto& m, const auto& in) {
-                       return per_block(m, in, remat::Mode::kReentrant);
-                     }});
-  configs.push_back(
-      {"sequential(" + std::to_string(segments) + ")",
-       [segments](auto& m, const auto& in) {
-         return remat::checkpoint_sequential(m, segments, in);
-       }});
+  configs.emplace_back(
+      "none", [](torch::nn::Sequential& m, const torch::Tensor& in) {
+        return m->forward(in);
+      });
+  configs.emplace_back(
+      "per-block", [](torch::nn::Sequential& m, const torch::Tensor& in) {
+        return per_block(m, in, remat::Mode::kNonReentrant);
+      });
+  configs.emplace_back(
+      "per-block-reentrant",
+      [](torch::nn::Sequential& m, const torch::Tensor& in) {
+        return per_block(m, in, remat::Mode::kReentrant);
+      });
+  configs.emplace_back(
+      "sequential(" + std::to_string(segments) + ")",
+      [segments](torch::nn::Sequential& m, const torch::Tensor& in) {
+        return remat::checkpoint_sequential(m, segments, in);
+      });
   // Reentrant mode needs an input that requires grad to reach the parameters.
   auto x_grad = x.clone().requires_grad_(true);
 
