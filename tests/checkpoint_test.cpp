@@ -583,6 +583,36 @@ INSTANTIATE_TEST_SUITE_P(
 // ---- non-reentrant only
 // ------------------------------------------------------
 
+TEST(Nesting, MixedModesGiveGradientsEqualToPlain) {
+  for (auto [outer_mode, inner_mode] :
+       {std::pair{Mode::kNonReentrant, Mode::kReentrant},
+        std::pair{Mode::kReentrant, Mode::kNonReentrant}}) {
+    torch::manual_seed(13);
+    torch::nn::Linear first(6, 6), second(6, 6);
+    auto x = torch::randn({4, 6}, torch::requires_grad());
+    torch::manual_seed(14);
+    plain_loss =
+        torch::tanh(second(torch::dropout(torch::tanh(first(x)), 0.5, true)))
+            .sum();
+    auto expected = torch::autograd::grad({plain_loss}, {x})[0];
+    torch::manual_seed(14);
+    auto y = remat::checkpoint(
+        [&](const torch::Tensor& in) {
+          auto h = remat::checkpoint(
+              [&](const torch::Tensor& a) {
+                return torch::dropout(torch::tanh(first(a)), 0.5, true);
+              },
+              in,
+              CheckpointOptions().mode(inner_mode));
+          return torch::tanh(second(h));
+        },
+        x,
+        CheckpointOptions().mode(outer_mode));
+    y.sum().backward();
+    EXPECT_TRUE(bitwise_equal(expected, x.grad()));
+  }
+}
+
 TEST(NonReentrant, AutogradGradWithExplicitInputsMatchesPlain) {
   torch::manual_seed(9);
   torch::nn::Linear layer(5, 5);
