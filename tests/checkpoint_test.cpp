@@ -591,7 +591,7 @@ TEST(Nesting, MixedModesGiveGradientsEqualToPlain) {
     torch::nn::Linear first(6, 6), second(6, 6);
     auto x = torch::randn({4, 6}, torch::requires_grad());
     torch::manual_seed(14);
-    plain_loss =
+    auto plain_loss =
         torch::tanh(second(torch::dropout(torch::tanh(first(x)), 0.5, true)))
             .sum();
     auto expected = torch::autograd::grad({plain_loss}, {x})[0];
