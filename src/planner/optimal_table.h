@@ -1,6 +1,6 @@
 // Private: solve_optimal's DP table as a flat vector, for tests that compare
-// the filtered fill (NOTE: [Quantized filter] in solve_optimal.cpp) with the
-// plain definition of the DP. Not part of the public API.
+// the fill solve_optimal uses (pruned, vectorized) with the plain definition
+// of the DP. Not part of the public API.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +12,8 @@ namespace remat::planner::detail {
 
 /// Which fill computes the table.
 enum class FillKind {
-  kFiltered,   ///< the fill solve_optimal uses
-  kReference,  ///< every option at every m, no pruning, no codes
+  kFiltered,   ///< the fill solve_optimal uses (pruned, vectorized)
+  kReference,  ///< every option at every m, no pruning, scalar
 };
 
 /// Every stored time of solve_optimal's table for (chain, budget_bytes,

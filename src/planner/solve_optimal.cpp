@@ -21,9 +21,12 @@
 // slots of unit_bytes with every size rounded UP, so a plan that fits in slots
 // fits in bytes. The time table only stores m in [lo, hi) per segment (below
 // lo nothing fits, from hi on recording everything fits and is fastest).
-// Speed: the inner loop over m is a contiguous min-plus update; an option is
+// Speed: the inner loop over m is a contiguous min-plus update
+// (fill_kernels.cpp: AVX2 and baseline clones, bit-identical); an option is
 // applied only to the m where its lower bound (its time at the largest m) can
 // still beat the best time so far, which skips most splits at large m.
+// reference_fill is the DP without either, for the equality test
+// (tests/planner/optimal_fill_test.cpp).
 //
 // Not supported: non-chain graphs, offloading, plans that drop a checkpoint
 // before its backward (the op set has no drop).
@@ -46,7 +49,6 @@ namespace {
 
 using detail::CostRow;
 using detail::kInfeasible;
-using detail::kMaxCode;
 using detail::SegmentArray;
 using detail::SegmentCostTable;
 using detail::SegmentInfo;
@@ -148,173 +150,62 @@ SegmentArray<SegmentInfo> segment_info(const UnitChain& chain) {
   return info;
 }
 
-// NOTE: [Quantized filter]
-// Almost every option loses at almost every m, but the times are steep in m,
-// so bounds over ranges of m prune little; the fill instead tests every m
-// with small integers and reads doubles only where the option might win.
-// With a quantum q_ms (ceil of all times / 2^16, in ms), every stored time t
-// of a segment with store-all time base has the code
-//   lower(t) = clamp(floor((t - base) / q_ms), 0, kMaxCode)   (int16)
-// so t >= base + q_ms * lower(t) (up to rounding; t >= base holds up to
-// rounding). The best time so far of the segment being filled has
-//   upper(t) = ceil((t - base) / q_ms) clamped to [-2^29, 2^30]  (int32)
-// so best <= base + q_ms * upper(best); +inf and huge times get 2^30. For an
-// option constant + first(m - shift) + second(m), with
-//   threshold = ceil((base - constant - base_first - base_second) / q_ms) + 1
-// clamped to [-2^29, 2^30], lower(first) + lower(second) - upper(best) >=
-// threshold implies option >= best + q_ms - (rounding), so the option cannot
-// strictly improve best there: q_ms >= sum / 2^16 dwarfs the double rounding
-// of sums of at most L * sum terms. The clamps only ever turn a skip into a
-// check (2^30 - 2 * kMaxCode > 2^29). Checked slots evaluate the option with
-// the same double expression as an unfiltered fill, so the table is exactly
-// the unfiltered one (tests/planner: FillMatchesReferenceFill).
-class Quantizer {
- public:
-  explicit Quantizer(const UnitChain& chain) {
-    double total_ms = 0;
-    for (int64_t i = 0; i < chain.size(); ++i) {
-      total_ms += chain.stage(i).forward_ms + chain.stage(i).backward_ms;
-    }
-    quantum_ms_ = total_ms > 0 ? total_ms / 65536.0 : 1.0;
-    per_quantum_ = 1.0 / quantum_ms_;
-  }
-  // floor for the clamped value (non-negative, so truncation floors).
-  int16_t lower(double time_ms, double base_ms) const {
-    const double code = (time_ms - base_ms) * per_quantum_;
-    return static_cast<int16_t>(std::clamp<double>(code, 0, kMaxCode));
-  }
-  int32_t upper(double time_ms, double base_ms) const {
-    return detail::upper_code(time_ms, base_ms, per_quantum_);
-  }
-  double per_quantum() const {
-    return per_quantum_;
-  }
-  int32_t threshold(
-      double best_base_ms,
-      double constant_ms,
-      double first_base_ms,
-      double second_base_ms) const {
-    const double code = std::ceil(
-        (best_base_ms - constant_ms - first_base_ms - second_base_ms) /
-        quantum_ms_);
-    return static_cast<int32_t>(std::clamp<double>(
-        code + 1, detail::kLeastUpperCode, detail::kNoPruneCode));
-  }
-
- private:
-  double quantum_ms_ = 1.0;
-  double per_quantum_ = 1.0;
-};
-
-// The segment being filled: its times and their upper codes, for m in
-// [lo, top]; best is non-increasing in m.
-struct BestRow {
-  double* times = nullptr;
-  int32_t* codes = nullptr;
-  int64_t lo = 0;
-  double base_ms = 0;
-};
-
-// times advanced by k slots (a plateau stays as it is).
-detail::PieceTimes advanced(const detail::PieceTimes& times, int64_t k) {
-  return times.times == nullptr
-             ? times
-             : detail::PieceTimes{times.times + k, times.plateau_ms};
-}
-
-// The code of row's time at m: 0 on the plateau. REQUIRES: m >= row.lo.
-int16_t code_at(const CostRow& row, int64_t m) {
-  assert(m >= row.lo);
-  return m >= row.hi ? int16_t{0} : row.codes[m - row.lo];
-}
-
-// best = min(best, (constant + first.at(m - shift)) + second.at(m)) for m in
-// [start, top], skipping the m where the quantized filter proves that the
-// option cannot win (NOTE: [Quantized filter]). REQUIRES: start >= shift +
-// first.lo, start
-// >= second.lo; best non-increasing over [start, top].
+// best[m - best_lo] = min(best[...], (constant + first.at(m - shift)) +
+// second.at(m)) for m in [start, top], skipping the m where the option's
+// lower bound cannot win. REQUIRES: start >= shift + first.lo, start >=
+// second.lo; best non-increasing over [start, top].
 void relax(
-    const BestRow& best,
+    double* best,
+    int64_t best_lo,
     int64_t start,
     int64_t top,
     double constant,
     const CostRow& first,
     int64_t shift,
-    const CostRow& second,
-    const int16_t* zero_codes,
-    const Quantizer& quantizer) {
+    const CostRow& second) {
   if (start > top) {
     return;
   }
-  const int32_t threshold =
-      quantizer.threshold(best.base_ms, constant, first.all_ms, second.all_ms);
-  // The option's codes are non-increasing in m and best's are too, so the
-  // filter skips every m from the first one where it skips the option's
-  // least codes (at top); find that m by bisection.
-  const int32_t least_codes =
-      int32_t{code_at(first, top - shift)} + int32_t{code_at(second, top)};
-  // Branch-free: the outcome of each probe is unpredictable.
-  int64_t low = start;  // first m not known to be skipped
-  int64_t span = top + 1 - start;
-  while (span > 0) {
-    const int64_t half = span / 2;
-    const bool skipped =
-        least_codes - best.codes[low + half - best.lo] >= threshold;
-    low = skipped ? low : low + half + 1;
-    span = skipped ? half : span - half - 1;
+  const double bound = (constant + first.at(top - shift)) + second.at(top);
+  // First m whose best time is already <= bound; the option cannot win there
+  // or above (it is non-increasing in m, with minimum `bound` at top).
+  int64_t low = start;
+  int64_t high = top + 1;
+  while (low < high) {
+    const int64_t mid = low + (high - low) / 2;
+    if (best[mid - best_lo] <= bound) {
+      high = mid;
+    } else {
+      low = mid + 1;
+    }
   }
   const int64_t end = low - 1;
   const int64_t first_tail_from = first.hi + shift;
   const int64_t second_tail_from = second.hi;
   int64_t m = start;
   while (m <= end) {
-    // A piece: both tails, one, or none hold throughout.
+    const bool first_tail = m >= first_tail_from;
+    const bool second_tail = m >= second_tail_from;
     int64_t piece_end = end;
-    if (m < first_tail_from) {
+    if (!first_tail) {
       piece_end = std::min(piece_end, first_tail_from - 1);
     }
-    if (m < second_tail_from) {
+    if (!second_tail) {
       piece_end = std::min(piece_end, second_tail_from - 1);
     }
-    const int16_t* first_codes = m >= first_tail_from
-                                     ? zero_codes
-                                     : first.codes + (m - shift - first.lo);
-    const int16_t* second_codes =
-        m >= second_tail_from ? zero_codes : second.codes + (m - second.lo);
     const detail::PieceTimes first_times =
-        m >= first_tail_from
+        first_tail
             ? detail::PieceTimes{nullptr, first.all_ms}
             : detail::PieceTimes{first.data + (m - shift - first.lo), 0.0};
     const detail::PieceTimes second_times =
-        m >= second_tail_from
-            ? detail::PieceTimes{nullptr, second.all_ms}
-            : detail::PieceTimes{second.data + (m - second.lo), 0.0};
-    double* best_times = best.times + (m - best.lo);
-    int32_t* best_codes = best.codes + (m - best.lo);
-    const int64_t count = piece_end - m + 1;
-    int64_t from = 0;
-    while (true) {
-      from += detail::find_candidate_block(
-          first_codes + from,
-          second_codes + from,
-          best_codes + from,
-          count - from,
-          threshold);
-      if (from >= count) {
-        break;
-      }
-      const int64_t size = std::min(count - from, detail::kScanBlock);
-      detail::relax_piece(
-          best_times + from,
-          best_codes + from,
-          size,
-          constant,
-          advanced(first_times, from),
-          advanced(second_times, from),
-          best.base_ms,
-          quantizer.per_quantum());
-      from += size;
-    }
+        second_tail ? detail::PieceTimes{nullptr, second.all_ms}
+                    : detail::PieceTimes{second.data + (m - second.lo), 0.0};
+    detail::min_plus_piece(
+        best + (m - best_lo),
+        piece_end - m + 1,
+        constant,
+        first_times,
+        second_times);
     m = piece_end + 1;
   }
 }
@@ -322,7 +213,7 @@ void relax(
 // A row that is 0 at every m (the record option has one subproblem only).
 CostRow zero_row() {
   constexpr int64_t kFar = std::numeric_limits<int64_t>::min() / 4;
-  return CostRow{nullptr, nullptr, kFar, kFar, 0.0};
+  return CostRow{nullptr, kFar, kFar, 0.0};
 }
 
 void fill_table(
@@ -332,11 +223,9 @@ void fill_table(
   // Blocks of kBlock consecutive b, a descending within a block: (a, b) needs
   // (j, b) for j > a (earlier in the a loop) and (a, b') for b' < b (earlier
   // block, or earlier in the b loop). The rows (a, j - 1) that every b of a
-  // block reads are then reused from cache.
+  // block reads are then reused from cache (2.5x faster at 200 stages).
   constexpr int64_t kBlock = 8;
   const int64_t n = chain.size();
-  const Quantizer quantizer(chain);
-  std::vector<int32_t> best_codes(static_cast<size_t>(table.max_slots()) + 1);
   for (int64_t block = 0; block < n; block += kBlock) {
     const int64_t block_end = std::min(n, block + kBlock);
     for (int64_t a = block_end - 2; a >= 0; --a) {
@@ -347,50 +236,31 @@ void fill_table(
         }
         const SegmentInfo& cell = info.at(a, b);
         const int64_t top = cell.lo + count - 1;
-        const BestRow best{
-            table.mutable_row(a, b), best_codes.data(), cell.lo, cell.all_ms};
-        std::fill(
-            best_codes.begin(),
-            best_codes.begin() + count,
-            quantizer.upper(kInfeasible, cell.all_ms));
+        double* best = table.mutable_row(a, b);
         const UnitStage& s = chain.stage(a);
-        const CostRow& rest = table.later(a + 1, b);
+        const CostRow rest = table.row(a + 1, b);
         relax(
             best,
+            cell.lo,
             std::max(chain.record_units(a, b), s.saved_units + rest.lo),
             top,
             s.forward_ms + s.backward_ms,
             rest,
             s.saved_units,
-            zero_row(),
-            table.zero_codes(),
-            quantizer);
+            zero_row());
         double chain_ms = 0;
         int64_t step_max = 0;
         for (int64_t j = a + 1; j <= b; ++j) {
           chain_ms += chain.stage(j - 1).forward_ms;
           step_max = std::max(step_max, chain.chain_step_units(a, j - 1));
-          const CostRow& later = table.later(j, b);
-          const CostRow& earlier = table.earlier(a, j - 1);
+          const CostRow later = table.row(j, b);
+          const CostRow earlier = table.row(a, j - 1);
           const int64_t keep = chain.value_units(j);
           const int64_t need = std::max(
               {chain.pending_grad_units(b) + step_max,
                keep + later.lo,
                earlier.lo});
-          relax(
-              best,
-              need,
-              top,
-              chain_ms,
-              later,
-              keep,
-              earlier,
-              table.zero_codes(),
-              quantizer);
-        }
-        for (int64_t k = 0; k < count; ++k) {
-          assert(best.times[k] < kInfeasible);
-          table.set_code(a, b, k, quantizer.lower(best.times[k], cell.all_ms));
+          relax(best, cell.lo, need, top, chain_ms, later, keep, earlier);
         }
       }
     }

@@ -1,7 +1,7 @@
-// solve_optimal's filtered DP fill (NOTE: [Quantized filter] in
-// src/planner/solve_optimal.cpp) against the plain definition of the DP: on
-// seeded random chains, budgets and slot counts, both fills give bit-identical
-// tables.
+// solve_optimal's DP fill (pruned by bounds, vectorized in AVX2/baseline
+// clones, src/planner/fill_kernels.cpp) against the plain definition of the
+// DP: on seeded random chains, budgets and slot counts, both fills give
+// bit-identical tables.
 #include <gtest/gtest.h>
 
 #include <cmath>
