@@ -9,7 +9,8 @@
 // for a core; CPU time does not), the Chen greedy time, and the simulated
 // slowdown of the optimal plan relative to store-all.
 //
-// Usage: planner_bench [--runs N] [--slots S] [--fraction F] [--stages a,b,..]
+// Usage: planner_bench [--help] [--runs N] [--slots S] [--fraction F]
+//                      [--stages a,b,..]
 // Defaults: --runs 5 --slots 500 --fraction 0.25 --stages 50,100,200,500.
 #include <algorithm>
 #include <chrono>
@@ -87,6 +88,18 @@ int main(int argc, char** argv) {
   std::vector<int64_t> lengths = {50, 100, 200, 500};
   for (int k = 1; k < argc; ++k) {
     const std::string flag = argv[k];
+    if (flag == "--help" || flag == "-h") {
+      std::printf(
+          "usage: planner_bench [--runs N] [--slots S] [--fraction F] "
+          "[--stages a,b,...]\n"
+          "  --runs N       solves per chain length; median, min and median "
+          "CPU time reported (default 5)\n"
+          "  --slots S      memory slots of solve_optimal (default 500)\n"
+          "  --fraction F   budget = min feasible + F * (store-all peak - min "
+          "feasible) (default 0.25)\n"
+          "  --stages a,b   chain lengths (default 50,100,200,500)\n");
+      return 0;
+    }
     if (k + 1 >= argc) {
       usage(("missing value for " + flag).c_str());
     }
