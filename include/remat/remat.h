@@ -9,3 +9,5 @@
 #include "remat/checkpoint.h"
 #include "remat/memory_meter.h"
 #include "remat/saved_tensor_hooks.h"
+#include "remat/profile.h"
+#include "remat/planned_sequential.h"

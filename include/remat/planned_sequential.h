@@ -1,0 +1,186 @@
+// remat/planned_sequential.h: run a torch::nn::Sequential according to a
+// planner::Plan, and fit a model into a byte budget in one call.
+//
+// PlannedSequential wraps a Sequential (sharing its parameters) and a plan for
+// it. In training (grad mode on, and the input or some parameter requiring
+// grad) forward() executes the plan's forward phase and returns the output;
+// backward executes the rest of the plan: recomputations and per-stage
+// backwards, holding exactly the values the memory model holds (NOTE:
+// [The memory model] in src/planner/simulate.cpp), so the measured activation
+// peak plus the input bytes is what planner::simulate() predicts for the
+// chain profile_chain() measured. Gradients equal those of the plain
+// Sequential (bitwise on CPU for deterministic ops): every recomputation
+// replays the RNG state of the stage's first forward and leaves module
+// buffers (BatchNorm running statistics) as the first forward left them.
+// Under no-grad (evaluation) forward() is the plain Sequential forward.
+//
+// Input shape: a plan is shape-agnostic, but its memory prediction is not.
+// With options.input_shape set (auto_checkpoint sets it to the sample's
+// shape), an input of another shape is an error naming both shapes
+// (ShapePolicy::kError, the default) or re-profiles and re-solves the budget
+// for the new shape (ShapePolicy::kReplan). See docs/planned_execution.md.
+//
+// Limits: parameters receive their gradients by accumulation inside the
+// backward, so torch::autograd::grad and backward(inputs=...) are refused;
+// backward may run once per forward (no retain_graph re-use); every child
+// takes one Tensor and returns one Tensor.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include "remat/planner/chain.h"
+#include "remat/planner/plan.h"
+#include "remat/planner/solvers.h"
+#include "remat/profile.h"
+
+namespace remat {
+
+/// A memory budget for activations, in bytes or relative to the store-all
+/// (no checkpointing) simulated peak. Budgets count what planner::simulate()
+/// counts: the chain input x_0 included.
+///
+/// Example:
+///   auto net = remat::auto_checkpoint(model, sample, Budget::fraction(0.5));
+///   auto net2 = remat::auto_checkpoint(model, sample, Budget::bytes(64 <<
+///   20));
+struct Budget {
+  /// An absolute budget. Throws c10::Error unless budget_bytes > 0.
+  static Budget bytes(int64_t budget_bytes);
+  /// `fraction` of the store-all simulated peak of the profiled chain.
+  /// Throws c10::Error unless 0 < fraction and fraction is finite.
+  static Budget fraction(double fraction);
+
+  /// The budget in bytes for `chain` (fractions are rounded down).
+  int64_t resolve_bytes(const planner::Chain& chain) const;
+  /// "123456 bytes" or "50% of the store-all peak".
+  std::string to_string() const;
+
+  /// True for Budget::fraction.
+  bool is_fraction = false;
+  /// The absolute budget (when !is_fraction).
+  int64_t budget_bytes = 0;
+  /// The fraction of the store-all peak (when is_fraction).
+  double budget_fraction = 0;
+};
+
+/// What PlannedSequential does when the input shape differs from
+/// PlannedSequentialOptions::input_shape.
+enum class ShapePolicy {
+  kError,   ///< throw c10::Error naming both shapes (default)
+  kReplan,  ///< profile the new shape and solve the budget again
+};
+
+/// Options of PlannedSequential.
+struct PlannedSequentialOptions {
+  /// The input shape the plan was made for; empty: any shape is accepted.
+  /// Default: empty.
+  TORCH_ARG(std::vector<int64_t>, input_shape) = {};
+  /// What to do on another input shape (only when input_shape is set).
+  /// Default: ShapePolicy::kError.
+  TORCH_ARG(ShapePolicy, on_shape_change) = ShapePolicy::kError;
+  /// The budget re-solved under ShapePolicy::kReplan; required for kReplan.
+  /// Default: none.
+  TORCH_ARG(std::optional<Budget>, budget) = std::nullopt;
+  /// Profiling options used by ShapePolicy::kReplan. Default: {}.
+  TORCH_ARG(ProfileOptions, profile) = {};
+  /// Solver options used by ShapePolicy::kReplan. Default: {}.
+  TORCH_ARG(planner::SolverOptions, solver) = {};
+};
+
+/// A Sequential executed according to a plan (see the top of this header).
+/// Shares the parameters and buffers of the wrapped Sequential;
+/// clone() deep-copies it.
+///
+/// Example:
+///   auto chain = remat::profile_chain(model, sample);
+///   auto plan = remat::planner::solve_optimal(chain, 512LL << 20);
+///   remat::PlannedSequential net(model, *plan);
+///   net->forward(x).sum().backward();     // gradients land in model's params
+///
+/// Throws c10::Error (constructor) if `sequential` is null or empty, or the
+/// plan is not valid for a chain of sequential->size() stages (the message
+/// carries planner::simulate()'s error).
+class PlannedSequentialImpl
+    : public torch::nn::Cloneable<PlannedSequentialImpl> {
+ public:
+  PlannedSequentialImpl(
+      torch::nn::Sequential sequential,
+      planner::Plan plan,
+      PlannedSequentialOptions options = {});
+
+  /// Runs the plan (training) or the plain Sequential (no grad needed).
+  /// Throws c10::Error on an input shape other than options.input_shape
+  /// under ShapePolicy::kError.
+  torch::Tensor forward(const torch::Tensor& input);
+
+  /// Re-validates the plan against the Sequential (parameters are those of
+  /// the wrapped Sequential; there is nothing to re-initialise).
+  void reset() override;
+  /// Deep copy: the clone wraps sequential->clone(device) with the same plan.
+  std::shared_ptr<torch::nn::Module> clone(
+      const c10::optional<torch::Device>& device = c10::nullopt) const override;
+  /// "remat::PlannedSequential(stages=4, plan=R0 R1 R2 R3 B3 B2 B1 B0)".
+  void pretty_print(std::ostream& stream) const override;
+
+  /// The plan executed (replaced under ShapePolicy::kReplan).
+  const planner::Plan& plan() const {
+    return plan_;
+  }
+  /// The wrapped Sequential.
+  torch::nn::Sequential sequential{nullptr};
+  /// The options given at construction.
+  PlannedSequentialOptions options;
+
+ private:
+  planner::Plan plan_;
+};
+TORCH_MODULE(PlannedSequential);
+
+/// Options of auto_checkpoint().
+struct AutoCheckpointOptions {
+  /// Profiling options. Default: {}.
+  TORCH_ARG(ProfileOptions, profile) = {};
+  /// Options of planner::solve_optimal. Default: {}.
+  TORCH_ARG(planner::SolverOptions, solver) = {};
+  /// What the result does on another input shape. Default: kError.
+  TORCH_ARG(ShapePolicy, on_shape_change) = ShapePolicy::kError;
+};
+
+/// Profiles `model` on `sample`, solves the optimal plan within `budget` and
+/// wraps the model: the fastest schedule the planner knows within the budget.
+/// The result expects inputs of sample's shape (see ShapePolicy).
+///
+/// Throws c10::Error if the budget is below planner::min_feasible_budget_bytes
+/// of the profiled chain; the message states the minimum and the requested
+/// budget in bytes. Other errors as profile_chain.
+///
+/// Example:
+///   auto net = remat::auto_checkpoint(model, sample, Budget::fraction(0.5));
+///   auto loss = net->forward(x).sum();
+///   loss.backward();
+PlannedSequential auto_checkpoint(
+    torch::nn::Sequential model,
+    const torch::Tensor& sample,
+    Budget budget,
+    const AutoCheckpointOptions& options = {});
+
+/// A readable report of `plan` on `chain`: one row per stage (what it keeps,
+/// its bytes, how often it is run forward), then one row per op with the
+/// predicted live and peak bytes over the step, then the predicted peak and
+/// time next to store-all's. An invalid plan is reported, not thrown.
+///
+/// Example:
+///   std::cout << remat::explain(chain, *plan);
+std::string explain(const planner::Chain& chain, const planner::Plan& plan);
+
+}  // namespace remat

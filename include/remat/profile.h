@@ -1,0 +1,55 @@
+// remat/profile.h: measure the cost model of a torch::nn::Sequential.
+//
+// profile_chain() turns a Sequential and a sample input into a
+// planner::Chain: per child (stage), forward and backward times and the byte
+// sizes of the memory model (NOTE: [The memory model] in
+// src/planner/simulate.cpp, docs/planner.md). Bytes are measured exactly with
+// MemoryMeter on the sample's device, in the model's sense:
+//   output_bytes        bytes of the stage output x_{i+1} (= of its gradient)
+//   saved_bytes         live bytes after a recorded forward minus before it:
+//                       CONTAINS x_{i+1}, EXCLUDES the input x_i
+//   forward_tmp_bytes   transient peak of a forward above before + produced
+//   backward_tmp_bytes  transient peak of a backward above before + |g_i|
+// Times are the median of `repeats` runs after `warmup` runs.
+//
+// Profiling runs the model, so it leaves no trace: module buffers (BatchNorm
+// running statistics), parameter gradients and the RNG state are restored.
+// Not supported: children that take or return anything but one Tensor.
+#pragma once
+
+#include <cstdint>
+
+#include <torch/arg.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/types.h>
+
+#include "remat/planner/chain.h"
+
+namespace remat {
+
+/// Options of profile_chain().
+struct ProfileOptions {
+  /// Untimed runs of each measurement before the timed ones. Default: 1.
+  TORCH_ARG(int64_t, warmup) = 1;
+  /// Timed runs of each measurement; times are their median. Default: 3.
+  TORCH_ARG(int64_t, repeats) = 3;
+};
+
+/// Measures the cost of every child of `model` on `sample` (the chain input
+/// x_0, whose bytes become input_bytes) and returns the chain the planner
+/// solves. The stage-0 backward computes an input gradient only if `sample`
+/// requires grad, as the runtime does.
+///
+/// REQUIRES: every child takes one Tensor and returns one Tensor.
+/// Throws c10::Error if `model` is empty or null, `sample` is undefined, or
+/// warmup < 0 or repeats < 1.
+///
+/// Example:
+///   auto chain = remat::profile_chain(model, torch::randn({64, 512}));
+///   auto plan = remat::planner::solve_optimal(chain, 256LL << 20);
+planner::Chain profile_chain(
+    torch::nn::Sequential model,
+    const torch::Tensor& sample,
+    const ProfileOptions& options = {});
+
+}  // namespace remat

@@ -1,0 +1,313 @@
+// plan_executor.cpp: one autograd node that executes a whole plan.
+//
+// NOTE: [Plan execution]
+// run_plan() executes the plan's forward phase (every op before the first
+// kBackward) and returns the chain output x_L, whose grad_fn is a
+// PlanBackward node; that node's apply() executes the rest of the plan. The
+// executor mirrors planner::Replay op by op: after each op it drops every
+// value and record the memory model no longer holds (NOTE: [The memory model]
+// in src/planner/simulate.cpp), so what is alive is exactly what simulate()
+// counts:
+//  - kForwardNoSave / kForwardCheckpoint run the stage under no-grad on the
+//    held x_i and hold x_{i+1} as a plain tensor.
+//  - kForwardRecord runs the stage with grad on a detached leaf aliasing x_i
+//    (requiring grad unless x_i is a non-float or an input that does not), so
+//    the stage's graph is kept apart from the caller's; R_i = (leaf, output),
+//    and x_{i+1} is an alias of that output.
+//  - kBackward runs torch::autograd::backward(output_i, g_{i+1}); g_i is read
+//    from the leaf's .grad; then R_i and g_{i+1} are released. Parameters
+//    accumulate their gradients there, so the outer backward must be a plain
+//    backward (torch::autograd::grad is refused, as in the reentrant
+//    checkpoint).
+// The incoming gradient g_L is taken out of the engine's input list, so it is
+// freed after the backward of stage L-1 exactly as the model says (a
+// torch::autograd::Function would keep a copy for the whole backward).
+//
+// RNG and module state (NOTE: [Recompute and RNG] in replay.h): the first
+// forward of each stage captures its RNG state (NOTE: [Plan RNG state]) and a
+// ReplayState (autocast); every later forward of that stage replays both and
+// runs under a RecomputeGuard that restores the stage module's buffers
+// afterwards, so dropout masks repeat and BatchNorm running statistics are
+// updated once per step.
+#include "plan_executor.h"
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/Context.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/nn/modules/container/any.h>
+
+#include "remat/planner/simulate.h"
+#include "replay.h"
+
+namespace remat::detail {
+namespace {
+
+using planner::OpKind;
+
+/// Generator states copied out of tensor memory.
+///
+/// NOTE: [Plan RNG state]
+/// ReplayState keeps each generator state as a tensor (5 KiB for the CPU
+/// generator), which the tracking allocator counts; one per stage would break
+/// the exact agreement between the measured peak and simulate(). The executor
+/// therefore keeps the states as plain bytes and wraps them with from_blob
+/// (no allocation) to set them; ReplayState/RecomputeGuard still provide the
+/// autocast replay, buffer restore, grad mode and is_recomputing().
+class RngSnapshot {
+ public:
+  /// The CPU generator's state, and the CUDA generator's of `device` if any.
+  static RngSnapshot capture(c10::Device device) {
+    RngSnapshot snapshot;
+    std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
+    if (device.is_cuda()) {
+      devices.push_back(device);
+    }
+    for (const auto& each : devices) {
+      at::Generator generator = at::globalContext().defaultGenerator(each);
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      const torch::Tensor state = generator.get_state().contiguous();
+      const auto* begin = state.data_ptr<uint8_t>();
+      snapshot.states_.push_back(
+          {generator, std::vector<uint8_t>(begin, begin + state.numel())});
+    }
+    return snapshot;
+  }
+
+  /// Sets every captured generator back to its captured state.
+  void restore() {
+    for (auto& [generator, bytes] : states_) {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(torch::from_blob(
+          bytes.data(), {static_cast<int64_t>(bytes.size())}, torch::kByte));
+    }
+  }
+
+ private:
+  std::vector<std::pair<at::Generator, std::vector<uint8_t>>> states_;
+};
+
+/// RAII: installs `replayed` now, the ambient RNG state again at the end.
+class RngReplayGuard {
+ public:
+  RngReplayGuard(RngSnapshot& replayed, c10::Device device)
+      : ambient_(RngSnapshot::capture(device)) {
+    replayed.restore();
+  }
+  ~RngReplayGuard() {
+    ambient_.restore();
+  }
+  RngReplayGuard(const RngReplayGuard&) = delete;
+  RngReplayGuard& operator=(const RngReplayGuard&) = delete;
+
+ private:
+  RngSnapshot ambient_;
+};
+
+/// What a recorded forward of one stage leaves alive for its backward.
+struct StageRecord {
+  torch::Tensor input;   // leaf aliasing x_i
+  torch::Tensor output;  // x_{i+1}, carrying the stage's graph
+};
+
+/// The state of one execution of a plan: one per forward() call.
+class PlanExecution {
+ public:
+  PlanExecution(
+      const torch::nn::Sequential& sequential,
+      const planner::Plan& plan,
+      const torch::Tensor& input)
+      : plan_(plan),
+        chain_(unit_chain(static_cast<int64_t>(sequential->size()))),
+        replay_(chain_),
+        input_requires_grad_(input.requires_grad()) {
+    const int64_t stages = chain_.size();
+    for (int64_t i = 0; i < stages; ++i) {
+      stages_.push_back(sequential->begin()[i]);
+      modules_.push_back(sequential->ptr(i));
+    }
+    values_.resize(stages + 1);
+    records_.resize(stages);
+    first_forward_.resize(stages);
+    first_rng_.resize(stages);
+    values_[0] = input.detach();
+  }
+  PlanExecution(const PlanExecution&) = delete;
+  PlanExecution& operator=(const PlanExecution&) = delete;
+
+  /// Runs the ops before the first backward; returns x_L with its graph.
+  torch::Tensor run_forward_phase() {
+    while (next_op_ < plan_.ops.size() &&
+           plan_.ops[next_op_].kind != OpKind::kBackward) {
+      run_op(plan_.ops[next_op_++]);
+    }
+    const int64_t last = chain_.size() - 1;
+    TORCH_INTERNAL_ASSERT(replay_.recorded(last));
+    return records_[last].output;
+  }
+
+  /// Runs the remaining ops with `grad_output` as g_L; returns g_0.
+  torch::Tensor run_backward_phase(torch::Tensor grad_output) {
+    grad_ = std::move(grad_output);
+    while (next_op_ < plan_.ops.size()) {
+      run_op(plan_.ops[next_op_++]);
+    }
+    TORCH_INTERNAL_ASSERT(replay_.finished());
+    return std::move(grad_);
+  }
+
+ private:
+  void run_op(const planner::Op& op) {
+    const int64_t i = op.stage;
+    if (op.kind == OpKind::kBackward) {
+      run_backward(i);
+    } else if (op.kind == OpKind::kForwardRecord) {
+      StageRecord record;
+      record.input = values_[i].detach();
+      if (record.input.is_floating_point() && (i > 0 || input_requires_grad_)) {
+        record.input.requires_grad_(true);
+      }
+      record.output = forward_stage(i, record.input, /*record=*/true);
+      values_[i + 1] = record.output.detach();
+      records_[i] = std::move(record);
+    } else {
+      values_[i + 1] = forward_stage(i, values_[i], /*record=*/false);
+    }
+    const std::string error = replay_.apply(op);
+    TORCH_INTERNAL_ASSERT(error.empty(), "plan op rejected: ", error);
+    release_unheld(i);
+  }
+
+  void run_backward(int64_t i) {
+    StageRecord record = std::move(records_[i]);
+    records_[i] = StageRecord{};
+    torch::Tensor grad_output = std::move(grad_);
+    if (grad_output.defined() && record.output.requires_grad()) {
+      torch::autograd::backward({record.output}, {grad_output});
+    }
+    if (record.input.requires_grad()) {
+      grad_ = record.input.grad();
+    }
+  }
+
+  /// Runs stage i on `input`; replays its first forward's RNG state and
+  /// restores its buffers if it ran before (NOTE: [Recompute and RNG]).
+  torch::Tensor forward_stage(
+      int64_t i, const torch::Tensor& input, bool record) {
+    if (!first_forward_[i]) {
+      first_rng_[i] = RngSnapshot::capture(input.device());
+      first_forward_[i].emplace(
+          torch::autograd::variable_list{input}, /*preserve_rng=*/false);
+      c10::AutoGradMode grad_mode(record);
+      return stages_[i].forward(input);
+    }
+    RngReplayGuard rng_guard(first_rng_[i], input.device());
+    RecomputeGuard guard(*first_forward_[i], {modules_[i]});
+    c10::AutoGradMode grad_mode(record);
+    return stages_[i].forward(input);
+  }
+
+  /// Drops x_i, x_{i+1} and R_i if the model no longer holds them.
+  void release_unheld(int64_t i) {
+    for (int64_t v : {i, i + 1}) {
+      if (replay_.holding(v) == planner::Replay::Holding::kAbsent) {
+        values_[v] = torch::Tensor();
+      }
+    }
+    if (!replay_.recorded(i)) {
+      records_[i] = StageRecord{};
+    }
+  }
+
+  const planner::Plan plan_;
+  const planner::Chain chain_;
+  planner::Replay replay_;  // points into chain_; never moved
+  bool input_requires_grad_;
+  size_t next_op_ = 0;
+  std::vector<torch::nn::AnyModule> stages_;
+  std::vector<std::shared_ptr<torch::nn::Module>> modules_;
+  std::vector<torch::Tensor> values_;  // x_v while held, else undefined
+  std::vector<StageRecord> records_;   // R_i while recorded
+  std::vector<std::optional<ReplayState>> first_forward_;  // autocast state
+  std::vector<RngSnapshot> first_rng_;
+  torch::Tensor grad_;  // the gradient in flight
+};
+
+/// The grad_fn of a planned forward's output: runs the backward phase.
+class PlanBackward : public torch::autograd::Node {
+ public:
+  explicit PlanBackward(std::shared_ptr<PlanExecution> execution)
+      : execution_(std::move(execution)) {}
+
+  torch::autograd::variable_list apply(
+      torch::autograd::variable_list&& grads) override {
+    TORCH_CHECK(
+        torch::autograd::Engine::get_default_engine().is_checkpoint_valid(),
+        "remat::PlannedSequential: backward accumulates parameter gradients "
+        "itself, so torch::autograd::grad and backward(inputs=...) are not "
+        "supported; call backward() on a loss");
+    TORCH_CHECK(
+        execution_ != nullptr,
+        "remat::PlannedSequential: expected one backward per forward, got a "
+        "second backward through the same forward (retain_graph is not "
+        "supported)");
+    std::shared_ptr<PlanExecution> execution = std::move(execution_);
+    // Take g_L out of the engine's list so that it can be freed mid-way.
+    torch::Tensor grad_output = std::move(grads.at(0));
+    grads.clear();
+    return {execution->run_backward_phase(std::move(grad_output))};
+  }
+
+  std::string name() const override {
+    return "remat::PlannedSequentialBackward";
+  }
+
+  void release_variables() override {
+    execution_.reset();
+  }
+
+ private:
+  std::shared_ptr<PlanExecution> execution_;
+};
+
+}  // namespace
+
+planner::Chain unit_chain(int64_t stages) {
+  return planner::Chain(
+      std::vector<planner::StageCost>(
+          static_cast<size_t>(stages), planner::StageCost{1, 1, 1, 1, 0, 0}),
+      /*input_bytes=*/1);
+}
+
+torch::Tensor run_plan(
+    const torch::nn::Sequential& sequential,
+    const planner::Plan& plan,
+    const torch::Tensor& input) {
+  auto execution = std::make_shared<PlanExecution>(sequential, plan, input);
+  torch::Tensor inner_output = execution->run_forward_phase();
+  TORCH_CHECK(
+      inner_output.is_floating_point() || inner_output.is_complex(),
+      "remat::PlannedSequential: expected a floating-point chain output to "
+      "train through, got ",
+      inner_output.scalar_type());
+  // A fresh tensor sharing the output's storage, so that the stage graph of
+  // the inner output stays intact for the backward of the last stage.
+  torch::Tensor output = inner_output.variable_data();
+  inner_output = torch::Tensor();
+  std::shared_ptr<PlanBackward> node(
+      new PlanBackward(std::move(execution)), torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(input));
+  torch::autograd::set_history(output, node);
+  return output;
+}
+
+}  // namespace remat::detail

@@ -1,0 +1,203 @@
+// profile.cpp: profile_chain(), the measured cost model of a Sequential.
+//
+// For each child i, on x_i (the sample run through children 0..i-1 under
+// no-grad), `warmup + repeats` rounds of:
+//   1. a forward under no-grad (timed): output_bytes is the output's size,
+//      its transient peak above output_bytes a forward_tmp_bytes candidate;
+//   2. a recorded forward on a leaf aliasing x_i (grad on): saved_bytes is
+//      the live bytes after it minus before it (output referenced, input
+//      already live), its transient peak above saved_bytes the other
+//      forward_tmp_bytes candidate;
+//   3. a backward of that record with a gradient of the output's size
+//      (timed): backward_tmp_bytes is its peak above |g_i|, the gradient of
+//      x_i, whose size the model takes as x_i's.
+// exactly as the executor runs them (NOTE: [Plan execution] in
+// plan_executor.cpp), so that simulate() predicts the executor's peak. The
+// leaf of stage 0 requires grad only if the sample does, as in the executor.
+// Parameter gradients are preallocated (zeros) during profiling, as in a
+// training step after the first one, so their accumulation costs only the
+// transient it really costs; the caller's gradients, module buffers and RNG
+// state are restored at the end (RAII, also on error).
+#include "remat/profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include <ATen/Context.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/nn/modules/container/any.h>
+
+#include "remat/memory_meter.h"
+
+namespace remat {
+namespace {
+
+/// Restores buffers, parameter gradients and RNG state on destruction.
+class ProfileStateGuard {
+ public:
+  ProfileStateGuard(torch::nn::Module& module, c10::Device device) {
+    c10::NoGradGuard no_grad;
+    for (auto& buffer : module.buffers(/*recurse=*/true)) {
+      buffers_.emplace_back(buffer, buffer.clone());
+    }
+    for (auto& parameter : module.parameters(/*recurse=*/true)) {
+      grads_.emplace_back(parameter, parameter.grad());
+      if (parameter.requires_grad()) {
+        parameter.mutable_grad() = torch::zeros_like(parameter);
+      }
+    }
+    std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
+    if (device.is_cuda()) {
+      devices.push_back(device);
+    }
+    for (const auto& each : devices) {
+      at::Generator generator = at::globalContext().defaultGenerator(each);
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      rng_.emplace_back(generator, generator.get_state());
+    }
+  }
+  ~ProfileStateGuard() {
+    c10::NoGradGuard no_grad;
+    for (auto& [buffer, backup] : buffers_) {
+      buffer.variable_data().copy_(backup);
+    }
+    for (auto& [parameter, grad] : grads_) {
+      parameter.mutable_grad() = grad;
+    }
+    for (auto& [generator, state] : rng_) {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(state);
+    }
+  }
+  ProfileStateGuard(const ProfileStateGuard&) = delete;
+  ProfileStateGuard& operator=(const ProfileStateGuard&) = delete;
+
+ private:
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers_;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> grads_;
+  std::vector<std::pair<at::Generator, at::Tensor>> rng_;
+};
+
+void synchronize(c10::Device device) {
+  if (device.is_cuda()) {
+    // Elapsed times on CUDA need the queued kernels to finish; an empty
+    // device-to-host copy of a scalar is the portable way to wait.
+    torch::zeros({1}, torch::TensorOptions().device(device)).cpu();
+  }
+}
+
+double elapsed_ms(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid]
+                                : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+}  // namespace
+
+planner::Chain profile_chain(
+    torch::nn::Sequential model,
+    const torch::Tensor& sample,
+    const ProfileOptions& options) {
+  TORCH_CHECK(
+      !model.is_empty() && model->size() > 0,
+      "remat::profile_chain: expected a non-empty Sequential, got ",
+      model.is_empty() ? "a null one" : "one with no children");
+  TORCH_CHECK(
+      sample.defined(), "remat::profile_chain: expected a defined sample");
+  TORCH_CHECK(
+      options.warmup() >= 0,
+      "remat::profile_chain: expected warmup >= 0, got ",
+      options.warmup());
+  TORCH_CHECK(
+      options.repeats() >= 1,
+      "remat::profile_chain: expected repeats >= 1, got ",
+      options.repeats());
+
+  const c10::Device device = sample.device();
+  ProfileStateGuard state_guard(*model, device);
+  MemoryMeter meter(device);
+  const int64_t rounds = options.warmup() + options.repeats();
+
+  std::vector<planner::StageCost> stages;
+  torch::Tensor input = sample.detach();
+  const int64_t input_bytes = static_cast<int64_t>(input.nbytes());
+  int64_t input_value_bytes = input_bytes;  // |x_i|, the model's |g_i|
+  for (size_t i = 0; i < model->size(); ++i) {
+    torch::nn::AnyModule& stage = model->begin()[i];
+    const bool leaf_requires_grad =
+        input.is_floating_point() && (i > 0 || sample.requires_grad());
+    planner::StageCost cost;
+    std::vector<double> forward_times;
+    std::vector<double> backward_times;
+    for (int64_t round = 0; round < rounds; ++round) {
+      const bool timed = round >= options.warmup();
+      int64_t forward_tmp_bytes = 0;
+      {  // 1. forward with nothing recorded
+        synchronize(device);
+        meter.reset();
+        const auto start = std::chrono::steady_clock::now();
+        torch::Tensor output;
+        {
+          c10::NoGradGuard no_grad;
+          output = stage.forward(input);
+        }
+        synchronize(device);
+        if (timed) {
+          forward_times.push_back(elapsed_ms(start));
+        }
+        cost.output_bytes = static_cast<int64_t>(output.nbytes());
+        forward_tmp_bytes = std::max<int64_t>(
+            forward_tmp_bytes, meter.peak_delta_bytes() - cost.output_bytes);
+      }
+      {  // 2. recorded forward, 3. its backward
+        torch::Tensor leaf = input.detach();
+        leaf.requires_grad_(leaf_requires_grad);
+        meter.reset();
+        torch::Tensor output;
+        {
+          c10::AutoGradMode grad_mode(true);
+          output = stage.forward(leaf);
+        }
+        cost.saved_bytes = meter.current_bytes() - meter.baseline_bytes();
+        forward_tmp_bytes = std::max<int64_t>(
+            forward_tmp_bytes, meter.peak_delta_bytes() - cost.saved_bytes);
+        cost.forward_tmp_bytes = std::max<int64_t>(0, forward_tmp_bytes);
+
+        torch::Tensor grad_output = torch::ones_like(output);
+        synchronize(device);
+        meter.reset();
+        const auto start = std::chrono::steady_clock::now();
+        if (output.requires_grad()) {
+          torch::autograd::backward({output}, {grad_output});
+        }
+        synchronize(device);
+        if (timed) {
+          backward_times.push_back(elapsed_ms(start));
+        }
+        cost.backward_tmp_bytes =
+            std::max<int64_t>(0, meter.peak_delta_bytes() - input_value_bytes);
+      }
+    }
+    cost.forward_ms = median(forward_times);
+    cost.backward_ms = median(backward_times);
+    stages.push_back(cost);
+    {
+      c10::NoGradGuard no_grad;
+      input = stage.forward(input);  // x_{i+1} for the next stage
+    }
+    input_value_bytes = cost.output_bytes;
+  }
+  return planner::Chain(std::move(stages), input_bytes);
+}
+
+}  // namespace remat

@@ -1,0 +1,100 @@
+// profile_test.cpp: profile_chain() measures the memory model's fields
+// exactly (checked on stages whose sizes are known in closed form) and leaves
+// no trace (buffers, parameter gradients, RNG state).
+#include <gtest/gtest.h>
+#include <models/models.h>
+#include <torch/torch.h>
+
+#include "remat/planner.h"
+#include "remat/remat.h"
+#include "test_util.h"
+
+namespace {
+
+constexpr int64_t kFloatBytes = 4;
+
+TEST(ProfileChain, MeasuresBytesInTheSenseOfTheMemoryModel) {
+  torch::manual_seed(0);
+  torch::nn::Sequential model(
+      torch::nn::Linear(32, 64),  // saves its input (x_0) and weight: 0 new
+      torch::nn::ReLU(),          // saves its output
+      torch::nn::Dropout(0.5),    // saves its (float) mask and output
+      torch::nn::Linear(64, 16));
+  const auto sample = torch::randn({8, 32});
+  const auto chain = remat::profile_chain(model, sample);
+  ASSERT_EQ(chain.size(), 4);
+  EXPECT_EQ(chain.input_bytes(), 8 * 32 * kFloatBytes);
+  const int64_t hidden = 8 * 64 * kFloatBytes;
+  EXPECT_EQ(chain.stage(0).output_bytes, hidden);
+  EXPECT_EQ(chain.stage(0).saved_bytes, hidden);  // output only
+  EXPECT_EQ(chain.stage(1).output_bytes, hidden);
+  EXPECT_EQ(chain.stage(1).saved_bytes, hidden);  // output (= saved result)
+  EXPECT_EQ(chain.stage(2).output_bytes, hidden);
+  EXPECT_EQ(chain.stage(2).saved_bytes, 2 * hidden);  // mask + output
+  EXPECT_EQ(chain.stage(3).output_bytes, 8 * 16 * kFloatBytes);
+  for (int64_t i = 0; i < chain.size(); ++i) {
+    EXPECT_GE(chain.stage(i).forward_ms, 0) << i;
+    EXPECT_GE(chain.stage(i).backward_ms, 0) << i;
+    EXPECT_GE(chain.stage(i).forward_tmp_bytes, 0) << i;
+    EXPECT_GE(chain.stage(i).backward_tmp_bytes, 0) << i;
+  }
+}
+
+TEST(ProfileChain, LeavesBuffersGradientsAndRngUntouched) {
+  torch::manual_seed(5);
+  auto model = remat::models::resnet_chain(remat::models::ResNetChainOptions()
+                                               .stage_channels({4, 8})
+                                               .blocks_per_stage(1));
+  const auto sample = torch::randn({2, 3, 8, 8});
+  std::vector<torch::Tensor> buffers_before;
+  for (const auto& buffer : model->buffers()) {
+    buffers_before.push_back(buffer.clone());
+  }
+  auto parameters = model->parameters();
+  parameters[0].mutable_grad() = torch::full_like(parameters[0], 3.0);
+  const auto grad_before = parameters[0].grad().clone();
+  torch::manual_seed(42);
+  const auto expected_draw = torch::rand({4});
+  torch::manual_seed(42);
+  remat::profile_chain(model, sample);
+  const auto actual_draw = torch::rand({4});
+
+  EXPECT_TRUE(remat::testing::bitwise_equal(expected_draw, actual_draw));
+  const auto buffers_after = model->buffers();
+  ASSERT_EQ(buffers_before.size(), buffers_after.size());
+  for (size_t i = 0; i < buffers_after.size(); ++i) {
+    EXPECT_TRUE(
+        remat::testing::bitwise_equal(buffers_before[i], buffers_after[i]))
+        << "buffer " << i;
+  }
+  EXPECT_TRUE(remat::testing::bitwise_equal(grad_before, parameters[0].grad()));
+  for (size_t i = 1; i < parameters.size(); ++i) {
+    EXPECT_FALSE(parameters[i].grad().defined()) << "parameter " << i;
+  }
+}
+
+TEST(ProfileChain, TimesAreMediansOfRepeats) {
+  auto model = remat::models::uniform_mlp_chain(3, 64);
+  const auto chain = remat::profile_chain(
+      model,
+      torch::randn({16, 64}),
+      remat::ProfileOptions().warmup(2).repeats(5));
+  for (int64_t i = 0; i < chain.size(); ++i) {
+    EXPECT_GT(chain.stage(i).forward_ms, 0) << i;
+    EXPECT_GT(chain.stage(i).backward_ms, 0) << i;
+  }
+}
+
+TEST(ProfileChain, RejectsBadArguments) {
+  auto model = remat::models::uniform_mlp_chain(2, 8);
+  EXPECT_THROW(
+      remat::profile_chain(torch::nn::Sequential(), torch::randn({2, 8})),
+      c10::Error);
+  EXPECT_THROW(remat::profile_chain(model, torch::Tensor()), c10::Error);
+  EXPECT_THROW(
+      remat::profile_chain(
+          model, torch::randn({2, 8}), remat::ProfileOptions().repeats(0)),
+      c10::Error);
+}
+
+}  // namespace
