@@ -1,0 +1,631 @@
+// Tests of the remat command-line tool: the reusable parsing (budget,
+// strategy), plan choice and progress line as library functions; run_cli()
+// in-process; and the built binary as a real process (exit codes, stdout
+// JSON, stderr messages), every subcommand on a tiny model. Kept fast: the
+// models are a few thousand parameters and runs are a few steps.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <remat/planner.h>
+#include <nlohmann/json.hpp>
+
+#include "app.h"
+#include "budget.h"
+#include "cli_error.h"
+#include "gnuplot.h"
+#include "progress.h"
+#include "strategy.h"
+
+#ifndef REMAT_CLI_PATH
+#error "REMAT_CLI_PATH must name the built remat binary"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using remat::cli::BudgetSpec;
+using remat::cli::StrategySpec;
+
+// ---------------------------------------------------------------- fixtures
+
+// A fresh folder per test binary run.
+const fs::path& scratch() {
+  static const fs::path folder = [] {
+    fs::path path = fs::temp_directory_path() /
+                    ("remat_cli_test_" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+    return path;
+  }();
+  return folder;
+}
+
+// Removes the scratch folder after the last test.
+class ScratchCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code error;
+    fs::remove_all(scratch(), error);
+  }
+};
+::testing::Environment* const scratch_cleanup =
+    ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
+
+std::string read_file(const fs::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary);
+  file << text;
+}
+
+// A small heterogeneous chain whose costs make checkpointing worthwhile.
+remat::planner::Chain sample_chain() {
+  std::vector<remat::planner::StageCost> stages;
+  for (int index = 0; index < 6; ++index) {
+    remat::planner::StageCost stage;
+    stage.forward_ms = 1.0 + index % 3;
+    stage.backward_ms = 2.0 * stage.forward_ms;
+    stage.output_bytes = 1000 * (1 + index % 2);
+    stage.saved_bytes = 3 * stage.output_bytes;
+    stages.push_back(stage);
+  }
+  return remat::planner::Chain(stages, 1000);
+}
+
+fs::path sample_chain_file() {
+  const fs::path path = scratch() / "sample_chain.json";
+  if (!fs::exists(path)) {
+    write_file(path, remat::planner::to_json(sample_chain()));
+  }
+  return path;
+}
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs the built binary with `arguments` (shell syntax), capturing both
+// streams. stdout is a pipe, so progress is in plain mode.
+ProcessResult run_remat(const std::string& arguments) {
+  static int counter = 0;
+  const fs::path err_path =
+      scratch() / ("stderr_" + std::to_string(counter++) + ".txt");
+  const std::string command = std::string("'") + REMAT_CLI_PATH + "' " +
+                              arguments + " 2> '" + err_path.string() + "'";
+  ProcessResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "popen failed for " << command;
+    return result;
+  }
+  char buffer[4096];
+  size_t read = 0;
+  while ((read = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) {
+    result.out.append(buffer, read);
+  }
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.err = read_file(err_path);
+  return result;
+}
+
+std::string describe(const ProcessResult& result) {
+  return "exit " + std::to_string(result.exit_code) + "\n--- stdout\n" +
+         result.out + "\n--- stderr\n" + result.err;
+}
+
+// Runs run_cli in-process with string streams.
+ProcessResult run_in_process(const std::vector<std::string>& arguments) {
+  std::vector<const char*> argv = {"remat"};
+  for (const std::string& argument : arguments) {
+    argv.push_back(argument.c_str());
+  }
+  std::ostringstream out, err;
+  ProcessResult result;
+  result.exit_code = remat::cli::run_cli(
+      static_cast<int>(argv.size()), argv.data(), {out, err, false});
+  result.out = out.str();
+  result.err = err.str();
+  return result;
+}
+
+const std::string kTinyMlp =
+    "--model mlp --layers 3 --hidden 16 --batch 4 --threads 1";
+const std::string kTinyGpt =
+    "--model gpt --layers 1 --hidden 16 --heads 2 --seq 8 --batch 2 "
+    "--threads 1";
+
+// ---------------------------------------------------------------- parsing
+
+TEST(ParseBudget, AcceptsBytesWithUnits) {
+  EXPECT_EQ(remat::cli::parse_budget("512MiB").bytes, 512LL << 20);
+  EXPECT_EQ(remat::cli::parse_budget("1GiB").bytes, 1LL << 30);
+  EXPECT_EQ(remat::cli::parse_budget("300MB").bytes, 300000000);
+  EXPECT_EQ(remat::cli::parse_budget("1000000").bytes, 1000000);
+  EXPECT_EQ(remat::cli::parse_budget("64 kib").bytes, 65536);
+  EXPECT_EQ(remat::cli::parse_budget("1.5KiB").bytes, 1536);
+  EXPECT_EQ(remat::cli::parse_budget("7B").bytes, 7);
+  EXPECT_EQ(remat::cli::parse_budget("2TB").kind, BudgetSpec::Kind::kBytes);
+}
+
+TEST(ParseBudget, AcceptsPercentagesAndNone) {
+  const BudgetSpec half = remat::cli::parse_budget("50%");
+  EXPECT_EQ(half.kind, BudgetSpec::Kind::kFraction);
+  EXPECT_DOUBLE_EQ(half.fraction, 0.5);
+  EXPECT_DOUBLE_EQ(remat::cli::parse_budget("12.5%").fraction, 0.125);
+  EXPECT_EQ(remat::cli::parse_budget("none").kind, BudgetSpec::Kind::kNone);
+  EXPECT_EQ(remat::cli::parse_budget("NONE").kind, BudgetSpec::Kind::kNone);
+}
+
+TEST(ParseBudget, RejectsBadValuesNamingThem) {
+  for (const std::string text :
+       {"-5",
+        "10XB",
+        "0",
+        "0%",
+        "",
+        "1.5",
+        "abc",
+        "-50%",
+        "5000%",
+        "MiB",
+        "1e9",
+        "0.1B",
+        "99999999999EiB",
+        "12 34"}) {
+    try {
+      remat::cli::parse_budget(text);
+      ADD_FAILURE() << "accepted '" << text << "'";
+    } catch (const std::invalid_argument& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("got '" + text + "'"), std::string::npos)
+          << message;
+      EXPECT_NE(message.find("expected"), std::string::npos) << message;
+    }
+  }
+  try {
+    remat::cli::parse_budget("10XB");
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(
+        std::string(error.what()).find("unknown unit 'XB'"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(ResolveBudget, ScalesFractionsOfTheReferencePeak) {
+  EXPECT_EQ(
+      remat::cli::resolve_budget_bytes(remat::cli::parse_budget("50%"), 1000),
+      500);
+  EXPECT_EQ(
+      remat::cli::resolve_budget_bytes(remat::cli::parse_budget("2KiB"), 1000),
+      2048);
+  EXPECT_EQ(
+      remat::cli::resolve_budget_bytes(remat::cli::parse_budget("none"), 1000),
+      1000);
+}
+
+TEST(FormatBytes, UsesBinaryUnitsWithThreeDigits) {
+  EXPECT_EQ(remat::cli::format_bytes(512), "512 B");
+  EXPECT_EQ(remat::cli::format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(remat::cli::format_bytes(37LL << 20), "37.0 MiB");
+  EXPECT_EQ(remat::cli::format_bytes(2LL << 30), "2.00 GiB");
+  EXPECT_EQ(remat::cli::format_bytes(-2048), "-2.00 KiB");
+}
+
+TEST(ParseStrategy, AcceptsEveryStrategy) {
+  EXPECT_EQ(
+      remat::cli::parse_strategy("optimal").kind, StrategySpec::Kind::kOptimal);
+  EXPECT_EQ(remat::cli::parse_strategy("chen").kind, StrategySpec::Kind::kChen);
+  EXPECT_EQ(remat::cli::parse_strategy("sqrt").kind, StrategySpec::Kind::kSqrt);
+  EXPECT_EQ(remat::cli::parse_strategy("none").kind, StrategySpec::Kind::kNone);
+  const StrategySpec uniform = remat::cli::parse_strategy("uniform:4");
+  EXPECT_EQ(uniform.kind, StrategySpec::Kind::kUniform);
+  EXPECT_EQ(uniform.segments, 4);
+  EXPECT_EQ(uniform.to_string(), "uniform:4");
+}
+
+TEST(ParseStrategy, RejectsBadValuesNamingThem) {
+  for (const std::string text :
+       {"nope",
+        "uniform",
+        "uniform:",
+        "uniform:0",
+        "uniform:x",
+        "uniform4",
+        "Optimal",
+        "uniform:-2",
+        ""}) {
+    try {
+      remat::cli::parse_strategy(text);
+      ADD_FAILURE() << "accepted '" << text << "'";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(
+          std::string(error.what()).find("got '" + text + "'"),
+          std::string::npos)
+          << error.what();
+    }
+  }
+}
+
+// ---------------------------------------------------------------- plan choice
+
+TEST(ChoosePlan, OptimalFitsTheBudgetOrReportsTheMinimum) {
+  const remat::planner::Chain chain = sample_chain();
+  const auto frame = remat::cli::planner_frame(chain);
+  const auto choice = remat::cli::choose_plan(
+      chain,
+      remat::cli::parse_strategy("optimal"),
+      remat::cli::parse_budget("60%"),
+      true,
+      frame);
+  ASSERT_TRUE(choice.budget_bytes.has_value());
+  EXPECT_TRUE(choice.simulation.valid) << choice.simulation.error;
+  EXPECT_LE(choice.simulation.peak_bytes, *choice.budget_bytes);
+  EXPECT_EQ(
+      choice.min_feasible_bytes,
+      remat::planner::min_feasible_budget_bytes(chain));
+
+  const int64_t too_small = choice.min_feasible_bytes - 1;
+  try {
+    remat::cli::choose_plan(
+        chain,
+        remat::cli::parse_strategy("optimal"),
+        remat::cli::parse_budget(std::to_string(too_small)),
+        true,
+        frame);
+    ADD_FAILURE() << "no error below the minimum";
+  } catch (const remat::cli::InfeasibleBudgetError& error) {
+    EXPECT_EQ(error.min_feasible_bytes(), choice.min_feasible_bytes);
+    EXPECT_NE(
+        std::string(error.what())
+            .find(std::to_string(choice.min_feasible_bytes) + " bytes"),
+        std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(ChoosePlan, AGivenBudgetBindsFixedStrategiesADefaultOneDoesNot) {
+  const remat::planner::Chain chain = sample_chain();
+  const auto frame = remat::cli::planner_frame(chain);
+  const auto none = remat::cli::parse_strategy("none");
+  const auto small = remat::cli::parse_budget("50%");
+  EXPECT_THROW(
+      remat::cli::choose_plan(chain, none, small, /*given=*/true, frame),
+      remat::cli::InfeasibleBudgetError);
+  const auto choice =
+      remat::cli::choose_plan(chain, none, small, /*given=*/false, frame);
+  EXPECT_FALSE(choice.budget_bytes.has_value());
+  EXPECT_EQ(choice.plan, remat::planner::solve_store_all(chain));
+}
+
+TEST(ChoosePlan, MeasuredFrameShiftsBudgetsOntoThePlanner) {
+  const remat::planner::Chain chain = sample_chain();
+  remat::cli::BudgetFrame frame;
+  frame.reference_peak_bytes = 20000;  // "measured" no-checkpoint peak
+  frame.offset_bytes = -3000;          // measurement sees 3000 more bytes
+  const auto choice = remat::cli::choose_plan(
+      chain,
+      remat::cli::parse_strategy("optimal"),
+      remat::cli::parse_budget("80%"),
+      true,
+      frame);
+  EXPECT_EQ(*choice.budget_bytes, 16000);
+  EXPECT_EQ(*choice.planner_budget_bytes, 13000);
+  EXPECT_LE(choice.simulation.peak_bytes, 13000);
+}
+
+TEST(PlanBrief, CountsRecomputedForwards) {
+  const auto plan =
+      remat::planner::plan_from_string("C0 N1 R2 R3 B3 B2 R0 R1 B1 B0");
+  EXPECT_EQ(remat::cli::extra_forwards(plan), 2);
+  const std::string brief = remat::cli::plan_brief(plan, 10);
+  EXPECT_NE(brief.find("4 stages"), std::string::npos) << brief;
+  EXPECT_NE(brief.find("2 recomputed"), std::string::npos) << brief;
+  EXPECT_NE(brief.find("..."), std::string::npos) << brief;
+}
+
+// ---------------------------------------------------------------- progress
+
+TEST(ProgressLine, UpdatesInPlaceOnATerminal) {
+  std::ostringstream out;
+  {
+    remat::cli::ProgressLine progress(out, /*live=*/true);
+    progress.update("step 1 long text");
+    progress.update("step 2");
+  }
+  EXPECT_EQ(out.str(), "\rstep 1 long text\rstep 2          \n");
+}
+
+TEST(ProgressLine, PrintsEveryNthLineWhenNotATerminal) {
+  std::ostringstream out;
+  {
+    remat::cli::ProgressLine progress(out, /*live=*/false, 3);
+    for (int step = 1; step <= 7; ++step) {
+      progress.update("step " + std::to_string(step), step == 7);
+    }
+  }
+  EXPECT_EQ(out.str(), "step 1\nstep 3\nstep 6\nstep 7\n");
+  EXPECT_EQ(out.str().find('\r'), std::string::npos);
+}
+
+// ---------------------------------------------------------------- in process
+
+TEST(RunCli, PlanPrintsJsonWithThePrediction) {
+  const ProcessResult result = run_in_process(
+      {"plan", sample_chain_file().string(), "--budget", "60%", "--json"});
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const auto report = nlohmann::json::parse(result.out);
+  EXPECT_EQ(report["strategy"], "optimal");
+  EXPECT_LE(
+      report["predicted"]["peak_bytes"].get<int64_t>(),
+      report["budget_bytes"].get<int64_t>());
+  const auto plan =
+      remat::planner::plan_from_string(report["plan"].get<std::string>());
+  EXPECT_TRUE(remat::planner::simulate(sample_chain(), plan).valid);
+  EXPECT_TRUE(result.err.empty()) << result.err;
+}
+
+TEST(RunCli, BadFlagValuesExitOneNamingFlagAndValue) {
+  const std::string chain = sample_chain_file().string();
+  struct Case {
+    std::vector<std::string> arguments;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {{"plan", chain, "--budget", "-5"}, {"--budget", "'-5'"}},
+      {{"plan", chain, "--budget", "10XB"}, {"--budget", "'10XB'", "XB"}},
+      {{"plan", chain, "--strategy", "nope"}, {"--strategy", "'nope'"}},
+      {{"plan", "/no/such/chain.json"},
+       {"--chain", "/no/such/chain.json", "No such file"}},
+      {{"plan"}, {"chain"}},
+      {{"frobnicate"}, {"frobnicate"}},
+  };
+  for (const Case& test : cases) {
+    const ProcessResult result = run_in_process(test.arguments);
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    for (const std::string& text : test.expected) {
+      EXPECT_NE(result.err.find(text), std::string::npos)
+          << "missing '" << text << "' in: " << result.err;
+    }
+    EXPECT_TRUE(result.out.empty()) << result.out;
+  }
+}
+
+TEST(RunCli, MalformedChainJsonExitsOne) {
+  const fs::path path = scratch() / "malformed.json";
+  write_file(path, R"({"input_bytes": 8, "stages": [{"forward_ms": 1}]})");
+  ProcessResult result = run_in_process({"plan", path.string()});
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(result.err.find("not a valid chain JSON"), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find(path.string()), std::string::npos) << result.err;
+
+  write_file(path, "{ not json");
+  result = run_in_process({"plan", path.string()});
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+}
+
+TEST(RunCli, InfeasibleBudgetExitsTwoWithTheMinimum) {
+  const int64_t minimum =
+      remat::planner::min_feasible_budget_bytes(sample_chain());
+  const ProcessResult result = run_in_process(
+      {"plan",
+       sample_chain_file().string(),
+       "--budget",
+       std::to_string(minimum - 1)});
+  EXPECT_EQ(result.exit_code, 2) << describe(result);
+  EXPECT_NE(result.err.find("minimum feasible budget"), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find(std::to_string(minimum)), std::string::npos)
+      << result.err;
+}
+
+TEST(RunCli, HelpOfEverySubcommandShowsDefaultsAndExitsZero) {
+  for (const std::string command :
+       {"train", "profile", "plan", "explain", "bench"}) {
+    const ProcessResult result = run_in_process({command, "--help"});
+    EXPECT_EQ(result.exit_code, 0) << describe(result);
+    EXPECT_NE(result.out.find("--"), std::string::npos) << result.out;
+    EXPECT_NE(result.out.find("Exit codes"), std::string::npos) << result.out;
+  }
+  const ProcessResult train = run_in_process({"train", "--help"});
+  for (const std::string text :
+       {"--budget",
+        "=50%",
+        "--strategy",
+        "=optimal",
+        "--steps",
+        "--batch",
+        "--lr",
+        "--seed",
+        "--threads",
+        "=2",
+        "--mode",
+        "--no-baseline",
+        "--data",
+        "--model",
+        "=gpt"}) {
+    EXPECT_NE(train.out.find(text), std::string::npos)
+        << "missing '" << text << "' in train --help:\n"
+        << train.out;
+  }
+  EXPECT_EQ(run_in_process({"--help"}).exit_code, 0);
+}
+
+// ---------------------------------------------------------------- processes
+
+TEST(RematBinary, ProfilePlanExplainOnATinyModel) {
+  const fs::path chain = scratch() / "tiny_chain.json";
+  ProcessResult result = run_remat(
+      "profile " + kTinyMlp + " --repeats 1 --out '" + chain.string() + "'");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const remat::planner::Chain profiled =
+      remat::planner::chain_from_json(read_file(chain));
+  EXPECT_EQ(profiled.size(), 4);  // 3 hidden stages + head
+
+  result = run_remat("profile " + kTinyMlp + " --repeats 1");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_NO_THROW(remat::planner::chain_from_json(result.out)) << result.out;
+
+  for (const std::string strategy :
+       {"optimal", "chen", "sqrt", "uniform:2", "none"}) {
+    result = run_remat(
+        "plan '" + chain.string() + "' --strategy " + strategy + " --json");
+    ASSERT_EQ(result.exit_code, 0) << strategy << ": " << describe(result);
+    const auto report = nlohmann::json::parse(result.out);
+    EXPECT_EQ(report["strategy"], strategy);
+    EXPECT_GT(report["predicted"]["peak_bytes"].get<int64_t>(), 0);
+    EXPECT_GT(report["predicted"]["time_ms"].get<double>(), 0);
+  }
+  result = run_remat("plan '" + chain.string() + "' --budget 40%");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_NE(result.out.find("predicted peak"), std::string::npos);
+
+  const fs::path explain_dir = scratch() / "explain";
+  result = run_remat(
+      "explain --chain '" + chain.string() + "' --budget 60% --out '" +
+      explain_dir.string() + "' --json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const auto report = nlohmann::json::parse(result.out);
+  EXPECT_EQ(report["stages"].size(), 4u);
+  EXPECT_FALSE(report["timeline"].empty());
+  EXPECT_TRUE(fs::exists(explain_dir / "explain.dat"));
+  if (remat::cli::gnuplot_available()) {
+    EXPECT_TRUE(fs::exists(explain_dir / "explain.png"));
+  }
+
+  // explain on the model itself, text output.
+  result = run_remat("explain " + kTinyGpt + " --out ''");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_FALSE(result.out.empty());
+}
+
+TEST(RematBinary, TrainOnTinyModelsReportsJsonWithinBudget) {
+  ProcessResult result = run_remat(
+      "train " + kTinyMlp +
+      " --steps 6 --baseline-steps 4 --budget 60% --json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  auto report = nlohmann::json::parse(result.out);
+  EXPECT_EQ(report["steps"], 6);
+  EXPECT_EQ(report["over_budget_steps"], 0) << result.out;
+  EXPECT_LE(
+      report["activation_peak_bytes"].get<int64_t>(),
+      report["budget_bytes"].get<int64_t>());
+  EXPECT_EQ(report["baseline"]["max_loss_difference"].get<double>(), 0.0)
+      << "checkpointed losses differ from the no-checkpoint run";
+
+  result = run_remat(
+      "train " + kTinyGpt +
+      " --steps 4 --baseline-steps 2 --strategy uniform:2 --mode reentrant");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_NE(result.out.find("summary"), std::string::npos) << result.out;
+  EXPECT_EQ(result.out.find('\r'), std::string::npos)
+      << "progress must be plain lines when stdout is not a terminal";
+
+  result = run_remat(
+      "train " + kTinyMlp + " --steps 2 --no-baseline --strategy none");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_NE(result.out.find("no baseline"), std::string::npos) << result.out;
+}
+
+TEST(RematBinary, BadInputExitsOneWithAClearMessage) {
+  const std::string chain = sample_chain_file().string();
+  struct Case {
+    std::string arguments;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"train --budget -5 " + kTinyMlp, "--budget"},
+      {"train --budget 10XB " + kTinyMlp, "10XB"},
+      {"train --strategy nope " + kTinyMlp, "nope"},
+      {"train --model nope", "--model"},
+      {"train --data /no/such/text.txt --steps 1", "/no/such/text.txt"},
+      {"plan /no/such/chain.json", "No such file"},
+      {"explain --chain /no/such/chain.json", "/no/such/chain.json"},
+      {"bench --budgets 50%,10XB " + kTinyMlp, "10XB"},
+      {"bench --strategies optimal,nope " + kTinyMlp, "nope"},
+      {"train --model gpt --heads 3 --hidden 16 --steps 1", "--heads"},
+  };
+  for (const Case& test : cases) {
+    const ProcessResult result = run_remat(test.arguments);
+    EXPECT_EQ(result.exit_code, 1) << test.arguments << "\n"
+                                   << describe(result);
+    EXPECT_NE(result.err.find(test.expected), std::string::npos)
+        << test.arguments << "\n"
+        << describe(result);
+    EXPECT_NE(result.err.find("error"), std::string::npos) << result.err;
+  }
+  const fs::path malformed = scratch() / "malformed_process.json";
+  write_file(malformed, "[1, 2");
+  const ProcessResult result = run_remat("plan '" + malformed.string() + "'");
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(result.err.find("not a valid chain JSON"), std::string::npos)
+      << result.err;
+}
+
+TEST(RematBinary, InfeasibleBudgetExitsTwo) {
+  ProcessResult result =
+      run_remat("plan '" + sample_chain_file().string() + "' --budget 1KB");
+  EXPECT_EQ(result.exit_code, 2) << describe(result);
+  EXPECT_NE(result.err.find("minimum feasible budget"), std::string::npos)
+      << result.err;
+
+  result = run_remat("train " + kTinyMlp + " --steps 1 --budget 1B");
+  EXPECT_EQ(result.exit_code, 2) << describe(result);
+  EXPECT_NE(result.err.find("minimum feasible budget"), std::string::npos)
+      << result.err;
+}
+
+TEST(RematBinary, BenchWritesCsvMatchingItsRowsAndAPlot) {
+  const fs::path out = scratch() / "bench";
+  const ProcessResult result = run_remat(
+      "bench " + kTinyMlp +
+      " --budgets 50%,100% --strategies optimal,uniform:2 --warmup 0 "
+      "--repeats 2 --json --out '" +
+      out.string() + "'");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const auto report = nlohmann::json::parse(result.out);
+  const auto& rows = report["rows"];
+  ASSERT_EQ(rows.size(), 4u);  // optimal x 2 budgets, uniform:2, none
+  std::istringstream csv(read_file(out / "bench.csv"));
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line.rfind("strategy,budget,budget_bytes,", 0), 0u) << line;
+  for (const auto& row : rows) {
+    ASSERT_TRUE(std::getline(csv, line));
+    EXPECT_EQ(line.rfind(row["strategy"].get<std::string>() + ",", 0), 0u)
+        << line;
+    EXPECT_NE(
+        line.find(
+            "," + std::to_string(row["measured_peak_bytes"].get<int64_t>()) +
+            ","),
+        std::string::npos)
+        << line;
+    EXPECT_EQ(row["grad_max_diff"].get<double>(), 0.0) << row.dump();
+  }
+  EXPECT_FALSE(std::getline(csv, line)) << "extra CSV row: " << line;
+  const std::string summary = read_file(out / "README.md");
+  EXPECT_NE(summary.find("bench.csv"), std::string::npos);
+  if (remat::cli::gnuplot_available()) {
+    EXPECT_TRUE(fs::exists(out / "plot.png"));
+    EXPECT_GT(fs::file_size(out / "plot.png"), 1000u);
+    EXPECT_NE(summary.find("](plot.png)"), std::string::npos) << summary;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,156 @@
+// commands.h: the remat subcommands as library functions.
+//
+// Each command is a pair: add_<name>_command() registers the subcommand and
+// its flags on a CLI11 app, binding them to an options struct; run_<name>()
+// does the work given parsed options. run_* never exit and never print
+// errors: they throw UsageError (exit 1), InfeasibleBudgetError (exit 2) or
+// let library errors through (exit 1); run_cli() in app.h maps them.
+// Normal output goes to io.out; warnings to io.err.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <remat/planner.h>
+#include <CLI/CLI.hpp>
+
+#include "workload.h"
+
+namespace remat::cli {
+
+/// Where a command writes, and whether progress may update in place.
+struct CommandIo {
+  std::ostream& out;
+  std::ostream& err;
+  /// Progress lines update in place (stdout is a terminal).
+  bool live = false;
+};
+
+/// Flags shared by the commands that solve for a budget.
+struct BudgetFlags {
+  std::string budget = "50%";
+  /// Whether --budget was given (a given budget binds fixed strategies).
+  bool budget_given = false;
+  std::string strategy = "optimal";
+  int64_t slots = 500;
+};
+
+// ---- remat train
+struct TrainOptions {
+  ModelFlags model;
+  BudgetFlags budget;
+  int64_t steps = 200;
+  double lr = 3e-3;
+  uint64_t seed = 0;
+  int64_t threads = 2;
+  std::string mode = "nonreentrant";
+  bool no_baseline = false;
+  /// No-checkpoint steps interleaved with the first planned steps.
+  int64_t baseline_steps = 20;
+  /// Plain-mode progress: print every this many steps (0: steps / 20).
+  int64_t log_every = 0;
+  bool json = false;
+};
+CLI::App* add_train_command(CLI::App& app, TrainOptions& options);
+void run_train(const TrainOptions& options, const CommandIo& io);
+
+// ---- remat profile
+struct ProfileCommandOptions {
+  ModelFlags model;
+  /// Output file; "-" writes the chain JSON to stdout.
+  std::string out = "-";
+  int64_t warmup = 1;
+  int64_t repeats = 3;
+  uint64_t seed = 0;
+  int64_t threads = 2;
+};
+CLI::App* add_profile_command(CLI::App& app, ProfileCommandOptions& options);
+void run_profile(const ProfileCommandOptions& options, const CommandIo& io);
+
+// ---- remat plan
+struct PlanOptions {
+  std::string chain_path;
+  BudgetFlags budget;
+  bool json = false;
+  /// Also write the plan alone (planner JSON) to this file.
+  std::string plan_out;
+};
+CLI::App* add_plan_command(CLI::App& app, PlanOptions& options);
+void run_plan(const PlanOptions& options, const CommandIo& io);
+
+// ---- remat explain
+struct ExplainOptions {
+  /// A chain JSON; empty: profile the model given by `model`.
+  std::string chain_path;
+  ModelFlags model;
+  BudgetFlags budget;
+  /// Folder for the memory-over-step plot and its data; empty: no plot.
+  std::string out = "remat-explain";
+  bool json = false;
+  uint64_t seed = 0;
+  int64_t threads = 2;
+};
+CLI::App* add_explain_command(CLI::App& app, ExplainOptions& options);
+void run_explain(const ExplainOptions& options, const CommandIo& io);
+
+// ---- remat bench
+struct BenchOptions {
+  ModelFlags model;
+  std::vector<std::string> budgets = {"25%", "50%", "75%", "100%"};
+  std::vector<std::string> strategies = {
+      "optimal", "chen", "sqrt", "uniform:2", "none"};
+  int64_t warmup = 2;
+  int64_t repeats = 5;
+  std::string out = "remat-bench";
+  std::string mode = "nonreentrant";
+  int64_t slots = 500;
+  uint64_t seed = 0;
+  int64_t threads = 2;
+  bool json = false;
+};
+CLI::App* add_bench_command(CLI::App& app, BenchOptions& options);
+void run_bench(const BenchOptions& options, const CommandIo& io);
+
+// ---- helpers shared by the commands (common.cpp)
+
+/// Registers --budget, --strategy and --slots on `command` (validated with
+/// parse_budget / parse_strategy, so a bad value fails parsing with exit 1).
+void add_budget_flags(CLI::App& command, BudgetFlags& flags);
+
+/// Registers --threads and --seed.
+void add_run_flags(CLI::App& command, int64_t& threads, uint64_t& seed);
+
+/// A CLI11 validator running `parse` (which throws std::invalid_argument).
+template <typename Parse>
+CLI::Validator parsing_validator(Parse parse, const std::string& name) {
+  return CLI::Validator(
+      [parse](std::string& value) -> std::string {
+        try {
+          parse(value);
+          return "";
+        } catch (const std::invalid_argument& error) {
+          return error.what();
+        }
+      },
+      name);
+}
+
+/// Applies --threads. Throws UsageError unless threads >= 1.
+void apply_threads(int64_t threads);
+
+/// Reads a chain JSON file. Throws UsageError naming `flag`, the path and the
+/// reason for a missing or unreadable file or malformed JSON.
+planner::Chain read_chain_file(
+    const std::string& flag, const std::string& path);
+
+/// Writes `text` to `path`, creating parent folders. Throws UsageError
+/// naming `flag` and the path on failure.
+void write_text_file(
+    const std::string& flag, const std::string& path, const std::string& text);
+
+/// Creates folder `path` (and parents). Throws UsageError naming `flag`.
+void make_folder(const std::string& flag, const std::string& path);
+
+}  // namespace remat::cli

@@ -1,0 +1,106 @@
+// common.cpp: flag registration and file helpers shared by the commands.
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "budget.h"
+#include "cli_error.h"
+#include "commands.h"
+#include "strategy.h"
+
+namespace remat::cli {
+
+void add_budget_flags(CLI::App& command, BudgetFlags& flags) {
+  command
+      .add_option(
+          "--budget",
+          flags.budget,
+          "Activation memory budget: bytes (512MiB, 1GiB, 300MB, 1000000), a "
+          "percentage of the no-checkpoint peak (50%) or none. Binds sqrt, "
+          "uniform:K and none only when given")
+      ->check(parsing_validator(parse_budget, "BUDGET"))
+      ->capture_default_str();
+  command
+      .add_option(
+          "--strategy",
+          flags.strategy,
+          "optimal (rotor DP), chen (greedy), sqrt, uniform:K "
+          "(checkpoint_sequential, K segments) or none")
+      ->check(parsing_validator(parse_strategy, "STRATEGY"))
+      ->capture_default_str();
+  command
+      .add_option(
+          "--slots",
+          flags.slots,
+          "Memory slots of the optimal solver (more: closer to exact, slower)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
+      ->capture_default_str();
+}
+
+void add_run_flags(CLI::App& command, int64_t& threads, uint64_t& seed) {
+  command.add_option("--threads", threads, "LibTorch intra-op threads")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->capture_default_str();
+  command.add_option("--seed", seed, "Seed of initialisation, data, dropout")
+      ->capture_default_str();
+}
+
+void apply_threads(int64_t threads) {
+  if (threads < 1) {
+    throw UsageError(
+        "--threads: expected a positive integer, got " +
+        std::to_string(threads));
+  }
+  torch::set_num_threads(static_cast<int>(threads));
+}
+
+planner::Chain read_chain_file(
+    const std::string& flag, const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    throw UsageError(
+        flag + ": cannot open '" + path + "': " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << file.rdbuf();
+  try {
+    return planner::chain_from_json(text.str());
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(
+        flag + ": '" + path + "' is not a valid chain JSON: " + error.what());
+  }
+}
+
+void write_text_file(
+    const std::string& flag, const std::string& path, const std::string& text) {
+  const std::filesystem::path file(path);
+  if (file.has_parent_path()) {
+    make_folder(flag, file.parent_path().string());
+  }
+  std::ofstream stream(file, std::ios::binary);
+  if (!stream) {
+    throw UsageError(
+        flag + ": cannot write '" + path + "': " + std::strerror(errno));
+  }
+  stream << text;
+  stream.close();
+  if (!stream) {
+    throw UsageError(flag + ": failed writing '" + path + "'");
+  }
+}
+
+void make_folder(const std::string& flag, const std::string& path) {
+  std::error_code error;
+  std::filesystem::create_directories(path, error);
+  if (error || !std::filesystem::is_directory(path)) {
+    throw UsageError(
+        flag + ": cannot create folder '" + path +
+        "': " + (error ? error.message() : "not a folder"));
+  }
+}
+
+}  // namespace remat::cli

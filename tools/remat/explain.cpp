@@ -1,0 +1,230 @@
+// explain.cpp: `remat explain`: for a chain (a JSON file or a profiled
+// built-in model) and a budget, what each stage keeps and the predicted
+// memory over one training step, as a table (remat::explain) and a plot.
+//
+// The memory series is planner::Replay stepped op by op: the live bytes after
+// each op and the running peak (which includes transients inside ops). It is
+// written as explain.dat with a gnuplot script, and drawn to explain.png.
+// Budgets are in the planner's frame (100% = the simulated store-all peak).
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include <remat/planned_sequential.h>
+#include <remat/profile.h>
+#include <nlohmann/json.hpp>
+
+#include "budget.h"
+#include "cli_error.h"
+#include "commands.h"
+#include "gnuplot.h"
+#include "runtime.h"
+#include "strategy.h"
+
+namespace remat::cli {
+namespace {
+
+struct TimelinePoint {
+  std::string op;
+  int64_t live_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+
+std::vector<TimelinePoint> memory_timeline(
+    const planner::Chain& chain, const planner::Plan& plan) {
+  std::vector<TimelinePoint> points;
+  planner::Replay replay(chain);
+  points.push_back({"start", replay.current_bytes(), replay.peak_bytes()});
+  for (const planner::Op& op : plan.ops) {
+    const std::string error = replay.apply(op);
+    TORCH_INTERNAL_ASSERT(error.empty(), "chosen plan is invalid: ", error);
+    points.push_back(
+        {std::string(1, planner::op_kind_letter(op.kind)) +
+             std::to_string(op.stage),
+         replay.current_bytes(),
+         replay.peak_bytes()});
+  }
+  return points;
+}
+
+double mib(int64_t bytes) {
+  return static_cast<double>(bytes) / (1024.0 * 1024.0);
+}
+
+// Writes explain.dat and explain.gp into `folder` and runs gnuplot.
+// Returns "" or why the PNG could not be drawn.
+std::string write_plot(
+    const std::string& folder,
+    const std::vector<TimelinePoint>& points,
+    const PlanChoice& choice) {
+  make_folder("--out", folder);
+  std::ostringstream data;
+  data << "# op_index op live_MiB peak_MiB\n" << std::setprecision(10);
+  for (size_t index = 0; index < points.size(); ++index) {
+    data << index << ' ' << points[index].op << ' '
+         << mib(points[index].live_bytes) << ' '
+         << mib(points[index].peak_bytes) << '\n';
+  }
+  write_text_file("--out", folder + "/explain.dat", data.str());
+  std::ostringstream script;
+  script << std::setprecision(10);
+  script
+      << "set terminal pngcairo size 1000,560 noenhanced font ',10'\n"
+      << "set output 'explain.png'\n"
+      << "set title "
+      << gnuplot_quote(
+             "Predicted memory over one step: " + choice.strategy.to_string() +
+             " (" + std::to_string(points.size() - 1) + " ops)")
+      << "\n"
+      << "set xlabel 'operation (forwards, then backward with recomputation)'\n"
+      << "set ylabel 'MiB'\n"
+      << "set key top right\n"
+      << "set grid\n"
+      << "set yrange [0:*]\n";
+  if (points.size() <= 40) {
+    script << "set xtics rotate by -60 font ',8'\n";
+  }
+  script << "plot 'explain.dat' using 1:3"
+         << (points.size() <= 40 ? ":xtic(2)" : "")
+         << " with steps lw 2 title 'live after op', "
+         << "'explain.dat' using 1:4 with lines dt 2 lw 2 title 'running peak'";
+  script << ", " << mib(choice.store_all_peak_bytes)
+         << " with lines lc 'gray' title 'store-all peak'";
+  if (choice.planner_budget_bytes) {
+    script << ", " << mib(*choice.planner_budget_bytes)
+           << " with lines lc 'red' title 'budget'";
+  }
+  script << '\n';
+  write_text_file("--out", folder + "/explain.gp", script.str());
+  return run_gnuplot(folder + "/explain.gp");
+}
+
+}  // namespace
+
+CLI::App* add_explain_command(CLI::App& app, ExplainOptions& options) {
+  CLI::App* command = app.add_subcommand(
+      "explain",
+      "Show what each stage keeps under a budget and the predicted memory "
+      "over one step (table and plot), for a chain JSON or a built-in model");
+  command->add_option(
+      "chain,--chain",
+      options.chain_path,
+      "Chain JSON file; without it, the built-in model is profiled");
+  add_model_flags(*command, options.model);
+  add_budget_flags(*command, options.budget);
+  command
+      ->add_option(
+          "--out",
+          options.out,
+          "Folder for explain.png (and its data and gnuplot script); empty: "
+          "no plot")
+      ->capture_default_str();
+  command->add_flag("--json", options.json, "Print JSON instead of text");
+  add_run_flags(*command, options.threads, options.seed);
+  return command;
+}
+
+void run_explain(const ExplainOptions& options, const CommandIo& io) {
+  apply_threads(options.threads);
+  const StrategySpec strategy = parse_strategy(options.budget.strategy);
+  const BudgetSpec budget = parse_budget(options.budget.budget);
+  std::optional<planner::Chain> chain;
+  std::string source;
+  if (!options.chain_path.empty()) {
+    chain = read_chain_file("--chain", options.chain_path);
+    source = options.chain_path;
+  } else {
+    Workload workload(options.model, options.seed);
+    const Batch sample = workload.next_batch();
+    chain = profile_chain(workload.model(), sample.inputs);
+    source = workload.description();
+  }
+  const PlanChoice choice = choose_plan(
+      *chain,
+      strategy,
+      budget,
+      options.budget.budget_given,
+      planner_frame(*chain),
+      options.budget.slots);
+  const std::vector<TimelinePoint> points =
+      memory_timeline(*chain, choice.plan);
+  std::string plot_error;
+  std::string plot_path;
+  if (!options.out.empty()) {
+    plot_error = write_plot(options.out, points, choice);
+    if (plot_error.empty()) {
+      plot_path = options.out + "/explain.png";
+    }
+  }
+  const std::string table = explain(*chain, choice.plan);
+
+  if (options.json) {
+    nlohmann::json report;
+    report["source"] = source;
+    report["strategy"] = strategy.to_string();
+    report["budget"] = budget.to_string();
+    report["budget_bytes"] = choice.budget_bytes
+                                 ? nlohmann::json(*choice.budget_bytes)
+                                 : nlohmann::json(nullptr);
+    report["min_feasible_bytes"] = choice.min_feasible_bytes;
+    report["plan"] = choice.plan.to_string();
+    report["predicted"] = {
+        {"peak_bytes", choice.simulation.peak_bytes},
+        {"time_ms", choice.simulation.time_ms}};
+    report["store_all"] = {
+        {"peak_bytes", choice.store_all_peak_bytes},
+        {"time_ms", choice.store_all_time_ms}};
+    nlohmann::json stages = nlohmann::json::array();
+    for (int64_t index = 0; index < chain->size(); ++index) {
+      int64_t forwards = 0;
+      std::string first;
+      for (const planner::Op& op : choice.plan.ops) {
+        if (op.stage != index || op.kind == planner::OpKind::kBackward) {
+          continue;
+        }
+        if (forwards++ == 0) {
+          first = planner::op_kind_name(op.kind);
+        }
+      }
+      stages.push_back(
+          {{"stage", index},
+           {"first_forward", first},
+           {"forwards", forwards},
+           {"output_bytes", chain->stage(index).output_bytes},
+           {"saved_bytes", chain->stage(index).saved_bytes}});
+    }
+    report["stages"] = stages;
+    nlohmann::json timeline = nlohmann::json::array();
+    for (const TimelinePoint& point : points) {
+      timeline.push_back(
+          {{"op", point.op},
+           {"live_bytes", point.live_bytes},
+           {"peak_bytes", point.peak_bytes}});
+    }
+    report["timeline"] = timeline;
+    report["plot"] =
+        plot_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(plot_path);
+    report["table"] = table;
+    io.out << report.dump(2) << '\n';
+  } else {
+    io.out << "chain     " << source << '\n';
+    io.out << "strategy  " << strategy.to_string() << ", budget "
+           << budget.to_string();
+    if (choice.budget_bytes) {
+      io.out << " = " << format_bytes(*choice.budget_bytes);
+    }
+    io.out << '\n' << table;
+    if (!table.empty() && table.back() != '\n') {
+      io.out << '\n';
+    }
+    if (!plot_path.empty()) {
+      io.out << "plot      " << plot_path << '\n';
+    }
+  }
+  if (!plot_error.empty()) {
+    io.err << "warning: no plot: " << plot_error << "; the data and script are "
+           << "in " << options.out << " (explain.dat, explain.gp)\n";
+  }
+}
+
+}  // namespace remat::cli

@@ -1,0 +1,111 @@
+// plan.cpp: `remat plan`: read a chain JSON, solve for a budget, print the
+// plan with its predicted peak and time (text or --json).
+//
+// Torch-free in substance: only the planner is used. The budget frame is the
+// planner's own (100% = the chain's simulated store-all peak).
+#include <iomanip>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "budget.h"
+#include "cli_error.h"
+#include "commands.h"
+#include "strategy.h"
+
+namespace remat::cli {
+namespace {
+
+double ratio(double value, double reference) {
+  return reference > 0 ? value / reference : 0;
+}
+
+}  // namespace
+
+CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
+  CLI::App* command = app.add_subcommand(
+      "plan",
+      "Solve a chain JSON (from `remat profile`) for a budget; print the plan "
+      "with its predicted peak and time");
+  command->add_option("chain,--chain", options.chain_path, "Chain JSON file")
+      ->required();
+  add_budget_flags(*command, options.budget);
+  command->add_flag("--json", options.json, "Print JSON instead of text");
+  command->add_option(
+      "--plan-out",
+      options.plan_out,
+      "Also write the plan alone as planner JSON to this file");
+  return command;
+}
+
+void run_plan(const PlanOptions& options, const CommandIo& io) {
+  const planner::Chain chain = read_chain_file("--chain", options.chain_path);
+  const StrategySpec strategy = parse_strategy(options.budget.strategy);
+  const BudgetSpec budget = parse_budget(options.budget.budget);
+  const PlanChoice choice = choose_plan(
+      chain,
+      strategy,
+      budget,
+      options.budget.budget_given,
+      planner_frame(chain),
+      options.budget.slots);
+  if (!options.plan_out.empty()) {
+    write_text_file(
+        "--plan-out", options.plan_out, planner::to_json(choice.plan));
+  }
+  const double memory_ratio = ratio(
+      static_cast<double>(choice.simulation.peak_bytes),
+      static_cast<double>(choice.store_all_peak_bytes));
+  const double time_ratio =
+      ratio(choice.simulation.time_ms, choice.store_all_time_ms);
+
+  if (options.json) {
+    nlohmann::json report;
+    report["chain"] = {
+        {"path", options.chain_path},
+        {"stages", chain.size()},
+        {"input_bytes", chain.input_bytes()}};
+    report["strategy"] = strategy.to_string();
+    report["budget"] = budget.to_string();
+    report["budget_bytes"] = choice.budget_bytes
+                                 ? nlohmann::json(*choice.budget_bytes)
+                                 : nlohmann::json(nullptr);
+    report["min_feasible_bytes"] = choice.min_feasible_bytes;
+    report["store_all"] = {
+        {"peak_bytes", choice.store_all_peak_bytes},
+        {"time_ms", choice.store_all_time_ms}};
+    report["predicted"] = {
+        {"peak_bytes", choice.simulation.peak_bytes},
+        {"time_ms", choice.simulation.time_ms},
+        {"memory_ratio", memory_ratio},
+        {"time_ratio", time_ratio}};
+    report["extra_forwards"] = extra_forwards(choice.plan);
+    report["plan"] = choice.plan.to_string();
+    report["ops"] = nlohmann::json::parse(planner::to_json(choice.plan))["ops"];
+    io.out << report.dump(2) << '\n';
+    return;
+  }
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(2);
+  text << "chain     " << options.chain_path << ": " << chain.size()
+       << " stages, input " << format_bytes(chain.input_bytes()) << '\n';
+  text << "store-all peak " << format_bytes(choice.store_all_peak_bytes)
+       << ", time " << choice.store_all_time_ms << " ms; minimum feasible "
+       << format_bytes(choice.min_feasible_bytes) << '\n';
+  text << "strategy  " << strategy.to_string() << ", budget "
+       << budget.to_string();
+  if (choice.budget_bytes) {
+    text << " = " << format_bytes(*choice.budget_bytes) << " ("
+         << *choice.budget_bytes << " bytes)";
+  }
+  text << '\n';
+  text << "plan      " << choice.plan.to_string() << '\n';
+  text << "predicted peak " << format_bytes(choice.simulation.peak_bytes)
+       << " (" << choice.simulation.peak_bytes << " bytes, " << memory_ratio
+       << "x store-all), time " << choice.simulation.time_ms << " ms ("
+       << time_ratio << "x), " << extra_forwards(choice.plan)
+       << " stage forwards recomputed\n";
+  io.out << text.str();
+}
+
+}  // namespace remat::cli

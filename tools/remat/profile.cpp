@@ -1,0 +1,77 @@
+// profile.cpp: `remat profile`: profile a built-in model into a chain JSON
+// (the input of `remat plan` and `remat explain --chain`).
+//
+// The sample is the workload's first batch, so the chain describes exactly
+// the batch shape `remat train` with the same flags would run.
+#include <iomanip>
+#include <sstream>
+
+#include <remat/profile.h>
+
+#include "budget.h"
+#include "cli_error.h"
+#include "commands.h"
+
+namespace remat::cli {
+
+CLI::App* add_profile_command(CLI::App& app, ProfileCommandOptions& options) {
+  CLI::App* command = app.add_subcommand(
+      "profile",
+      "Profile a built-in model (per stage: times, output, saved and "
+      "transient bytes) and write its chain JSON");
+  add_model_flags(*command, options.model);
+  command
+      ->add_option(
+          "-o,--out",
+          options.out,
+          "Chain JSON file to write; - writes the JSON to stdout")
+      ->capture_default_str();
+  command
+      ->add_option("--warmup", options.warmup, "Untimed runs per measurement")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000}))
+      ->capture_default_str();
+  command
+      ->add_option(
+          "--repeats", options.repeats, "Timed runs per measurement (median)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}))
+      ->capture_default_str();
+  add_run_flags(*command, options.threads, options.seed);
+  return command;
+}
+
+void run_profile(const ProfileCommandOptions& options, const CommandIo& io) {
+  apply_threads(options.threads);
+  Workload workload(options.model, options.seed);
+  const Batch sample = workload.next_batch();
+  const planner::Chain chain = profile_chain(
+      workload.model(),
+      sample.inputs,
+      ProfileOptions().warmup(options.warmup).repeats(options.repeats));
+  const std::string json = planner::to_json(chain);
+  if (options.out == "-") {
+    io.out << json << '\n';
+    return;
+  }
+  write_text_file("--out", options.out, json + "\n");
+  std::ostringstream text;
+  text << "model  " << workload.description() << '\n';
+  text << "wrote  " << options.out << ": " << chain.size() << " stages, input "
+       << format_bytes(chain.input_bytes()) << '\n';
+  text << std::left << std::setw(7) << "stage" << std::right << std::setw(12)
+       << "forward ms" << std::setw(13) << "backward ms" << std::setw(12)
+       << "output" << std::setw(12) << "saved" << std::setw(12) << "fwd tmp"
+       << std::setw(12) << "bwd tmp" << '\n';
+  text << std::fixed << std::setprecision(3);
+  for (int64_t index = 0; index < chain.size(); ++index) {
+    const planner::StageCost& stage = chain.stage(index);
+    text << std::left << std::setw(7) << index << std::right << std::setw(12)
+         << stage.forward_ms << std::setw(13) << stage.backward_ms
+         << std::setw(12) << format_bytes(stage.output_bytes) << std::setw(12)
+         << format_bytes(stage.saved_bytes) << std::setw(12)
+         << format_bytes(stage.forward_tmp_bytes) << std::setw(12)
+         << format_bytes(stage.backward_tmp_bytes) << '\n';
+  }
+  io.out << text.str();
+}
+
+}  // namespace remat::cli

@@ -1,0 +1,161 @@
+// runtime.cpp: executors, measured training steps (see runtime.h).
+#include "runtime.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace remat::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double elapsed_ms(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since)
+      .count();
+}
+
+// Allocates every parameter gradient (zeros) or zeroes it in place, so the
+// gradients are live before the meter starts (bench-protocol.md).
+void zero_gradients(const torch::nn::Sequential& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& parameter : model->parameters()) {
+    if (!parameter.requires_grad()) {
+      continue;
+    }
+    if (parameter.grad().defined()) {
+      parameter.mutable_grad().detach_();
+      parameter.mutable_grad().zero_();
+    } else {
+      parameter.mutable_grad() = torch::zeros_like(parameter);
+    }
+  }
+}
+
+}  // namespace
+
+Mode parse_mode(const std::string& text) {
+  if (text == "nonreentrant") {
+    return Mode::kNonReentrant;
+  }
+  if (text == "reentrant") {
+    return Mode::kReentrant;
+  }
+  throw std::invalid_argument(
+      "expected reentrant or nonreentrant; got '" + text + "'");
+}
+
+torch::nn::Sequential clone_sequential(const torch::nn::Sequential& model) {
+  auto copy =
+      std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
+  TORCH_INTERNAL_ASSERT(copy, "Sequential::clone returned another type");
+  return torch::nn::Sequential(copy);
+}
+
+Executor::Executor(
+    torch::nn::Sequential model, const PlanChoice& choice, Mode mode)
+    : model_(std::move(model)), strategy_(choice.strategy), mode_(mode) {
+  switch (strategy_.kind) {
+    case StrategySpec::Kind::kOptimal:
+    case StrategySpec::Kind::kChen:
+    case StrategySpec::Kind::kSqrt:
+      planned_ = PlannedSequential(model_, choice.plan).ptr();
+      break;
+    case StrategySpec::Kind::kUniform:
+    case StrategySpec::Kind::kNone:
+      break;
+  }
+}
+
+torch::Tensor Executor::forward(const torch::Tensor& input) {
+  if (planned_) {
+    return planned_->forward(input);
+  }
+  if (strategy_.kind == StrategySpec::Kind::kUniform) {
+    const int64_t segments = std::min<int64_t>(
+        strategy_.segments, static_cast<int64_t>(model_->size()));
+    return checkpoint_sequential(
+        model_, segments, input, CheckpointOptions().mode(mode_));
+  }
+  return model_->forward(input);
+}
+
+std::string Executor::description() const {
+  if (planned_) {
+    return "remat::PlannedSequential";
+  }
+  if (strategy_.kind == StrategySpec::Kind::kUniform) {
+    const int64_t segments = std::min<int64_t>(
+        strategy_.segments, static_cast<int64_t>(model_->size()));
+    return "remat::checkpoint_sequential (" + std::to_string(segments) +
+           " segments, " +
+           (mode_ == Mode::kReentrant ? "reentrant" : "nonreentrant") + ")";
+  }
+  return "plain torch::nn::Sequential";
+}
+
+Trainer::Trainer(
+    torch::nn::Sequential model, const PlanChoice& choice, Mode mode, double lr)
+    : model_(model), executor_(model, choice, mode) {
+  optimizer_ = std::make_unique<torch::optim::AdamW>(
+      model_->parameters(), torch::optim::AdamWOptions(lr));
+}
+
+StepResult Trainer::step(
+    const Workload& workload, const Batch& batch, uint64_t seed, bool update) {
+  model_->train();
+  zero_gradients(model_);
+  torch::manual_seed(seed);
+  StepResult result;
+  meter_.reset();
+  const auto forward_start = Clock::now();
+  torch::Tensor loss = workload.loss(executor_.forward(batch.inputs), batch);
+  result.forward_ms = elapsed_ms(forward_start);
+  const auto backward_start = Clock::now();
+  loss.backward();
+  result.backward_ms = elapsed_ms(backward_start);
+  result.activation_peak_bytes = meter_.peak_delta_bytes();
+  result.loss = loss.item<double>();
+  loss = torch::Tensor();
+  if (update) {
+    optimizer_->step();
+  }
+  return result;
+}
+
+int64_t measure_store_all_peak(
+    torch::nn::Sequential model,
+    const Workload& workload,
+    const Batch& batch,
+    uint64_t seed) {
+  model->train();
+  zero_gradients(model);
+  torch::manual_seed(seed);
+  MemoryMeter meter;
+  torch::Tensor loss = workload.loss(model->forward(batch.inputs), batch);
+  loss.backward();
+  const int64_t peak = meter.peak_delta_bytes();
+  loss = torch::Tensor();
+  zero_gradients(model);
+  return peak;
+}
+
+BudgetFrame measured_frame(
+    const planner::Chain& chain, int64_t measured_store_all_peak_bytes) {
+  BudgetFrame frame;
+  frame.reference_peak_bytes = measured_store_all_peak_bytes;
+  frame.offset_bytes =
+      planner_frame(chain).reference_peak_bytes - measured_store_all_peak_bytes;
+  return frame;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) {
+    return 0;
+  }
+  const size_t middle = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + middle, values.end());
+  return values[middle];
+}
+
+}  // namespace remat::cli

@@ -1,0 +1,98 @@
+// workload.h: a built-in model, its data and its loss, chosen by flags.
+//
+// The model factory behind --model gpt|mlp|resnet and the size flags shared by
+// train, profile, explain and bench. Every model is a torch::nn::Sequential of
+// one-tensor stages (remat_models), so it is a chain for the planner:
+//   gpt     character-level transformer on the built-in text or --data FILE;
+//           next-character cross-entropy.
+//   mlp     --layers Linear+ReLU stages of width --hidden, then a 10-way
+//           Linear+ReLU head, on a synthetic task: classify random vectors by
+//           a fixed random linear teacher.
+//   resnet  ResNet-style chain (stage channels hidden, 2 hidden, 4 hidden,
+//           8 hidden; --layers blocks per stage) on synthetic --image-sized
+//           images: a fixed random template per class plus noise.
+// Batches come from the workload's own generator (seeded), so two workloads
+// made with the same flags and seed give the same batches.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Generator.h>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+
+namespace remat::cli {
+
+/// Model flags. Defaults here are those of `remat train`; other commands pass
+/// smaller defaults to add_model_flags().
+struct ModelFlags {
+  /// gpt, mlp or resnet.
+  std::string model = "gpt";
+  /// gpt: transformer blocks; mlp: hidden stages; resnet: blocks per stage.
+  int64_t layers = 4;
+  /// gpt: model width; mlp: stage width; resnet: channels of the first stage.
+  int64_t hidden = 128;
+  /// gpt: attention heads (must divide --hidden).
+  int64_t heads = 4;
+  /// gpt: context length in characters.
+  int64_t seq = 64;
+  /// resnet: image height and width.
+  int64_t image = 32;
+  /// Dropout probability (gpt and mlp).
+  double dropout = 0.1;
+  /// Examples (sequences, vectors, images) per batch.
+  int64_t batch = 16;
+  /// gpt: a text file to train on instead of the built-in text.
+  std::string data;
+};
+
+/// Registers --model, --layers, --hidden, --heads, --seq, --image,
+/// --dropout, --batch and --data on `command`, with `flags` holding the
+/// defaults (shown in --help) and receiving the values.
+void add_model_flags(CLI::App& command, ModelFlags& flags);
+
+/// One batch of inputs and targets.
+struct Batch {
+  torch::Tensor inputs;
+  torch::Tensor targets;
+};
+
+/// A model with its data and loss.
+class Workload {
+ public:
+  /// Builds the model (initialised from `seed`) and its data.
+  /// Throws UsageError naming the flag and value for bad sizes, an unreadable
+  /// or empty --data file, or a text shorter than --seq + 1 characters.
+  Workload(const ModelFlags& flags, uint64_t seed);
+
+  /// The model. Its children are the stages of the chain.
+  torch::nn::Sequential model() const {
+    return model_;
+  }
+  /// The next batch from the workload's generator.
+  Batch next_batch();
+  /// The training loss of `output` (the model's output) against `batch`.
+  torch::Tensor loss(const torch::Tensor& output, const Batch& batch) const;
+  /// "gpt (4 layers, hidden 128, 4 heads, seq 64, batch 16; vocab 60, built-in
+  /// text 12.3 KiB), 803k parameters".
+  std::string description() const;
+  /// Number of trainable parameters.
+  int64_t parameter_count() const;
+  /// The flags the workload was built from.
+  const ModelFlags& flags() const {
+    return flags_;
+  }
+
+ private:
+  ModelFlags flags_;
+  torch::nn::Sequential model_{nullptr};
+  at::Generator generator_;
+  std::string detail_;
+  // gpt: the token stream; mlp: the teacher matrix; resnet: class templates.
+  torch::Tensor data_;
+};
+
+}  // namespace remat::cli
