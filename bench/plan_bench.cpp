@@ -1,0 +1,571 @@
+// plan_bench: experiments E1 and E2 of bench-protocol.md (planned execution).
+//
+//   E1  homogeneous chain (n blocks of Linear(w->w)+ReLU): sweep budgets from
+//       the minimum to store-all; per budget the optimal plan's recomputed
+//       stage forwards (counted), measured peak and time ratio against no
+//       checkpointing, next to the 1 + extra_forwards / (3 n) rule.
+//   E2  heterogeneous chains (ResNet-style CNN, MLP of varying widths): per
+//       budget (10% ... 100% of the no-checkpoint peak) the optimal plan
+//       against the fastest remat::checkpoint_sequential(k) whose measured
+//       peak fits, every k measured.
+//
+// Protocol: torch::set_num_threads(2), fp32; every configuration of a table
+// is run interleaved (A B C A B C ...) for `--warmup` untimed and `--steps`
+// timed steps; medians and spreads (max - min) are reported; the baseline is
+// re-run at the end. Activation peak = MemoryMeter peak during forward +
+// backward minus the live bytes before forward (parameter gradients
+// preallocated) plus the input bytes, i.e. in simulate()'s units. Every
+// configuration's gradients are compared bitwise with the baseline's (the
+// models have no dropout; a mismatch aborts the run with an error).
+//
+// Flags: --experiment E1|E2|all (default all)  --warmup N (3)  --steps N (10)
+//        --quick (smaller models, 1 warm-up, 3 steps)  --write PATH (replace
+//        the "## E1" / "## E2" sections of PATH, e.g. docs/benchmarks.md).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <models/models.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include "remat/planner.h"
+#include "remat/remat.h"
+
+namespace {
+
+namespace planner = remat::planner;
+using StepFn = std::function<torch::Tensor(const torch::Tensor&)>;
+
+struct Flags {
+  std::string experiment = "all";
+  int warmup = 3;
+  int steps = 10;
+  bool quick = false;
+  std::string write_path;
+  std::string command;
+};
+
+/// One configuration of a table: a way to run the model.
+struct Config {
+  std::string name;
+  StepFn forward;
+  std::vector<double> step_ms, forward_ms, backward_ms;
+  int64_t peak_bytes = -1;  // activation peak + input bytes
+  int64_t stage_forwards = -1;
+};
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid]
+                           : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+double spread(const std::vector<double>& values) {
+  auto [low, high] = std::minmax_element(values.begin(), values.end());
+  return *high - *low;
+}
+
+double since_ms(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+Config make_config(std::string name, StepFn forward) {
+  Config config;
+  config.name = std::move(name);
+  config.forward = std::move(forward);
+  return config;
+}
+
+/// Runs the configurations of one table, interleaved; checks gradients.
+class Table {
+ public:
+  Table(torch::nn::Sequential model, torch::Tensor input)
+      : model_(std::move(model)), input_(std::move(input)) {
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : model_->parameters()) {
+      parameter.mutable_grad() = torch::zeros_like(parameter);
+    }
+  }
+
+  /// One step; returns the gradients; fills times and (if asked) the peak.
+  std::vector<torch::Tensor> step(Config& config, bool timed, bool measure) {
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& parameter : model_->parameters()) {
+        parameter.mutable_grad().zero_();
+      }
+    }
+    remat::MemoryMeter meter;
+    const auto start = std::chrono::steady_clock::now();
+    // The output is not held past the loss: backward frees it as planned.
+    auto loss = config.forward(input_).sum();
+    const double forward_ms = since_ms(start);
+    const auto backward_start = std::chrono::steady_clock::now();
+    loss.backward();
+    const double backward_ms = since_ms(backward_start);
+    if (measure) {
+      config.peak_bytes =
+          meter.peak_delta_bytes() + static_cast<int64_t>(input_.nbytes());
+    }
+    if (timed) {
+      config.step_ms.push_back(forward_ms + backward_ms);
+      config.forward_ms.push_back(forward_ms);
+      config.backward_ms.push_back(backward_ms);
+    }
+    std::vector<torch::Tensor> grads;
+    if (measure) {
+      for (const auto& parameter : model_->parameters()) {
+        grads.push_back(parameter.grad().clone());
+      }
+    }
+    return grads;
+  }
+
+  /// Runs every configuration: gradient gate and peak on a first step, then
+  /// warm-up and timed steps interleaved; the baseline (configs[0]) again at
+  /// the end. Returns the median of the final baseline run.
+  double run(std::vector<Config>& configs, const Flags& flags) {
+    std::vector<torch::Tensor> reference;
+    for (auto& config : configs) {
+      auto grads = step(config, false, true);
+      if (reference.empty()) {
+        reference = grads;
+        continue;
+      }
+      for (size_t i = 0; i < grads.size(); ++i) {
+        TORCH_CHECK(
+            grads[i].sizes() == reference[i].sizes() &&
+                std::memcmp(
+                    grads[i].data_ptr(),
+                    reference[i].data_ptr(),
+                    grads[i].nbytes()) == 0,
+            "plan_bench: gradients of ",
+            config.name,
+            " differ from the baseline's (parameter ",
+            i,
+            ")");
+      }
+    }
+    for (int round = 0; round < flags.warmup + flags.steps; ++round) {
+      for (auto& config : configs) {
+        step(config, round >= flags.warmup, false);
+      }
+    }
+    Config again = configs[0];
+    again.step_ms.clear();
+    for (int round = 0; round < flags.steps; ++round) {
+      step(again, true, false);
+    }
+    return median(again.step_ms);
+  }
+
+  torch::nn::Sequential model() const {
+    return model_;
+  }
+  const torch::Tensor& input() const {
+    return input_;
+  }
+
+ private:
+  torch::nn::Sequential model_;
+  torch::Tensor input_;
+};
+
+/// A counting forward through a plan: forwards are counted from the plan.
+int64_t plan_forwards(const planner::Plan& plan) {
+  return std::count_if(
+      plan.ops.begin(), plan.ops.end(), [](const planner::Op& op) {
+        return op.kind != planner::OpKind::kBackward;
+      });
+}
+
+std::string mib(int64_t bytes) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1)
+      << static_cast<double>(bytes) / (1 << 20);
+  return out.str();
+}
+
+std::string fixed(double value, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << value;
+  return out.str();
+}
+
+// ---- E1 ---------------------------------------------------------------------
+
+std::string run_e1(const Flags& flags) {
+  std::ostringstream md;
+  const int64_t width = 512;
+  const int64_t batch = flags.quick ? 64 : 256;
+  md << "Model: n blocks of Linear(" << width << "->" << width
+     << ")+ReLU, batch " << batch
+     << " (protocol: 1024; scaled down to fit the 2-core machine's time), "
+        "fp32. Budgets from the minimum feasible to store-all; plans from "
+        "`solve_optimal` (500 slots) on the chain `profile_chain` measured. "
+        "`fwd` = executed stage forwards (n = none recomputed); rule = 1 + "
+        "extra_forwards / (3 n). Peaks include the input (simulate()'s "
+        "units).\n\n";
+  for (int64_t blocks : {int64_t{32}, int64_t{64}}) {
+    torch::manual_seed(7);
+    auto model = remat::models::uniform_mlp_chain(blocks, width);
+    auto input = torch::randn({batch, width});
+    const auto chain = remat::profile_chain(model, input);
+    const int64_t minimum = planner::min_feasible_budget_bytes(chain);
+    const auto store_all =
+        planner::simulate(chain, planner::solve_store_all(chain));
+    Table table(model, input);
+    std::vector<Config> configs;
+    configs.push_back(make_config(
+        "no checkpointing",
+        [model](const torch::Tensor& x) mutable { return model->forward(x); }));
+    std::vector<planner::Plan> plans{planner::solve_store_all(chain)};
+    std::vector<int64_t> budgets{store_all.peak_bytes};
+    const double root = std::sqrt(static_cast<double>(blocks));
+    for (double fraction : {0.05, 1.0 / root, 2.0 / root, 0.5, 1.0}) {
+      const int64_t budget =
+          minimum +
+          static_cast<int64_t>(
+              fraction * static_cast<double>(store_all.peak_bytes - minimum));
+      auto plan = planner::solve_optimal(chain, budget);
+      TORCH_CHECK(plan.has_value(), "plan_bench: no plan at ", budget);
+      budgets.push_back(budget);
+      plans.push_back(*plan);
+      remat::PlannedSequential net(model, *plan);
+      configs.push_back(make_config(
+          "optimal@" + mib(budget),
+          [net](const torch::Tensor& x) mutable { return net->forward(x); }));
+    }
+    const double baseline_end_ms = table.run(configs, flags);
+    const double baseline_ms = median(configs[0].step_ms);
+    md << "### E1, n = " << blocks << "\n\n"
+       << "| budget MiB | predicted peak MiB | measured peak MiB | memory "
+          "ratio "
+          "| fwd | recomputed | step ms (fwd/bwd) | spread ms | time ratio | "
+          "rule | predicted time ratio |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+    const int64_t baseline_peak = configs[0].peak_bytes;
+    for (size_t c = 0; c < configs.size(); ++c) {
+      const Config& config = configs[c];
+      const planner::Plan& plan = plans[c == 0 ? 0 : c];
+      const int64_t forwards = plan_forwards(plan);
+      const auto simulation = planner::simulate(chain, plan);
+      const double ratio = median(config.step_ms) / baseline_ms;
+      md << "| " << (c == 0 ? "none (plain)" : mib(budgets[c])) << " | "
+         << mib(simulation.peak_bytes) << " | " << mib(config.peak_bytes)
+         << " | "
+         << fixed(static_cast<double>(config.peak_bytes) / baseline_peak, 3)
+         << " | " << forwards << " | " << forwards - blocks << " | "
+         << fixed(median(config.step_ms), 1) << " ("
+         << fixed(median(config.forward_ms), 1) << "/"
+         << fixed(median(config.backward_ms), 1) << ") | "
+         << fixed(spread(config.step_ms), 1) << " | " << fixed(ratio, 3)
+         << " | "
+         << fixed(
+                1.0 + static_cast<double>(forwards - blocks) / (3.0 * blocks),
+                3)
+         << " | " << fixed(simulation.time_ms / store_all.time_ms, 3) << " |\n";
+    }
+    md << "\nBaseline re-run at the end: " << fixed(baseline_end_ms, 1)
+       << " ms (interleaved median " << fixed(baseline_ms, 1) << " ms).\n\n";
+    std::cout << md.str() << std::flush;
+  }
+  return md.str();
+}
+
+// ---- E2 ---------------------------------------------------------------------
+
+std::string run_e2_model(
+    const std::string& name,
+    torch::nn::Sequential model,
+    torch::Tensor input,
+    const Flags& flags,
+    std::vector<double>* all_ratios) {
+  std::ostringstream md;
+  const auto chain = remat::profile_chain(model, input);
+  const int64_t stages = chain.size();
+  Table table(model, input);
+  std::vector<Config> configs;
+  configs.push_back(make_config(
+      "no checkpointing",
+      [model](const torch::Tensor& x) mutable { return model->forward(x); }));
+  for (int64_t k = 1; k <= stages; ++k) {
+    configs.push_back(make_config(
+        "checkpoint_sequential(" + std::to_string(k) + ")",
+        [model, k](const torch::Tensor& x) mutable {
+          return remat::checkpoint_sequential(model, k, x);
+        }));
+  }
+  // Budgets: fractions of the no-checkpoint peak measured now.
+  Config probe = configs[0];
+  table.step(probe, false, true);
+  const int64_t baseline_peak = probe.peak_bytes;
+  const int64_t minimum = planner::min_feasible_budget_bytes(chain);
+  std::vector<int64_t> budgets;
+  std::map<std::string, size_t> config_of_plan;
+  std::vector<size_t> optimal_config;  // per budget; 0: infeasible
+  for (int percent = 10; percent <= 100; percent += 10) {
+    const int64_t budget = baseline_peak * percent / 100;
+    budgets.push_back(budget);
+    auto plan = budget >= minimum ? planner::solve_optimal(chain, budget)
+                                  : std::nullopt;
+    if (!plan) {
+      optimal_config.push_back(0);
+      continue;
+    }
+    const std::string key = plan->to_string();
+    if (!config_of_plan.count(key)) {
+      remat::PlannedSequential net(model, *plan);
+      config_of_plan[key] = configs.size();
+      configs.push_back(make_config(
+          "optimal@" + std::to_string(percent) + "%",
+          [net](const torch::Tensor& x) mutable { return net->forward(x); }));
+      configs.back().stage_forwards = plan_forwards(*plan);
+    }
+    optimal_config.push_back(config_of_plan[key]);
+  }
+  const double baseline_end_ms = table.run(configs, flags);
+  const double baseline_ms = median(configs[0].step_ms);
+
+  md << "### E2, " << name << " (" << stages << " stages, input "
+     << input.sizes() << ")\n\n"
+     << "No-checkpoint peak " << mib(baseline_peak) << " MiB, step "
+     << fixed(baseline_ms, 1)
+     << " ms (re-run at the end: " << fixed(baseline_end_ms, 1)
+     << " ms); minimum feasible budget " << mib(minimum) << " MiB.\n\n"
+     << "| budget | budget MiB | optimal: peak MiB, ms, fwd | best "
+        "checkpoint_sequential: k, peak MiB, ms | time ratio opt/best-k | "
+        "within budget |\n"
+     << "|---|---|---|---|---|---|\n";
+  for (size_t b = 0; b < budgets.size(); ++b) {
+    const int64_t budget = budgets[b];
+    int best_k = -1;
+    double best_ms = 0;
+    for (int64_t k = 1; k <= stages; ++k) {
+      const Config& config = configs[k];
+      if (config.peak_bytes <= budget &&
+          (best_k < 0 || median(config.step_ms) < best_ms)) {
+        best_k = static_cast<int>(k);
+        best_ms = median(config.step_ms);
+      }
+    }
+    md << "| " << (b + 1) * 10 << "% | " << mib(budget) << " | ";
+    const size_t c = optimal_config[b];
+    double optimal_ms = 0;
+    if (c == 0) {
+      md << "infeasible";
+    } else {
+      optimal_ms = median(configs[c].step_ms);
+      md << mib(configs[c].peak_bytes) << ", " << fixed(optimal_ms, 1) << ", "
+         << configs[c].stage_forwards;
+    }
+    md << " | ";
+    if (best_k < 0) {
+      md << "none fits";
+    } else {
+      md << best_k << ", " << mib(configs[best_k].peak_bytes) << ", "
+         << fixed(best_ms, 1);
+    }
+    md << " | ";
+    if (c != 0 && best_k > 0) {
+      const double ratio = optimal_ms / best_ms;
+      all_ratios->push_back(ratio);
+      md << fixed(ratio, 3);
+    } else {
+      md << "—";
+    }
+    md << " | "
+       << (c == 0                            ? "—"
+           : configs[c].peak_bytes <= budget ? "yes"
+                                             : "NO")
+       << " |\n";
+  }
+  md << "\nEvery checkpoint_sequential(k): ";
+  for (int64_t k = 1; k <= stages; ++k) {
+    md << "k=" << k << " " << mib(configs[k].peak_bytes) << " MiB "
+       << fixed(median(configs[k].step_ms), 1) << " ms"
+       << (k < stages ? "; " : ".\n\n");
+  }
+  std::cout << md.str() << std::flush;
+  return md.str();
+}
+
+std::string run_e2(const Flags& flags) {
+  std::ostringstream md;
+  md << "Budgets are fractions of the measured no-checkpoint peak (input "
+        "included); the optimal plan (`solve_optimal`, 500 slots, on the "
+        "profiled chain) against the fastest `remat::checkpoint_sequential(k)` "
+        "(non-reentrant) whose measured peak fits, every k measured in the "
+        "same interleaved run. `fwd` = executed stage forwards.\n\n";
+  std::vector<double> ratios;
+  {
+    torch::manual_seed(11);
+    const int64_t batch = flags.quick ? 4 : 16;
+    auto model = remat::models::resnet_chain(
+        remat::models::ResNetChainOptions().stage_channels({16, 32, 64, 128}));
+    auto input = torch::randn({batch, 3, 32, 32});
+    md << run_e2_model(
+        "ResNet-style chain (channels 16-32-64-128, 2 blocks per "
+        "stage, 32x32 images, batch " +
+            std::to_string(batch) + ")",
+        model,
+        input,
+        flags,
+        &ratios);
+  }
+  {
+    torch::manual_seed(12);
+    const int64_t batch = flags.quick ? 64 : 256;
+    const int64_t stages = 16;
+    auto model = remat::models::mlp_chain(remat::models::MlpChainOptions(
+        remat::models::varying_mlp_widths(stages)));
+    auto input =
+        torch::randn({batch, remat::models::varying_mlp_widths(stages)[0]});
+    md << run_e2_model(
+        "MLP of varying widths (256 ... 2048, " + std::to_string(stages) +
+            " stages, batch " + std::to_string(batch) + ")",
+        model,
+        input,
+        flags,
+        &ratios);
+  }
+  double log_sum = 0;
+  double worst = 0;
+  for (double ratio : ratios) {
+    log_sum += std::log(ratio);
+    worst = std::max(worst, ratio);
+  }
+  if (!ratios.empty()) {
+    md << "**Summary:** geometric-mean time ratio optimal / best "
+          "checkpoint_sequential over "
+       << ratios.size()
+       << " budgets: " << fixed(std::exp(log_sum / ratios.size()), 3)
+       << "; worst " << fixed(worst, 3)
+       << " (targets: ≤ 0.85, never above 1.02).\n\n";
+  }
+  std::cout << md.str() << std::flush;
+  return md.str();
+}
+
+// ---- output -----------------------------------------------------------------
+
+std::string machine_line() {
+  std::string cpu = "unknown CPU";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::localtime(&now));
+  std::ostringstream out;
+  out << date << ", " << cpu << ", " << torch::get_num_threads()
+      << " threads, LibTorch " << TORCH_VERSION;
+  return out.str();
+}
+
+/// Replaces the section starting at `heading` (up to the next "## ") in the
+/// file at `path`, or appends it.
+void write_section(
+    const std::string& path,
+    const std::string& heading,
+    const std::string& body) {
+  std::string text;
+  {
+    std::ifstream in(path);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    text = buffer.str();
+  }
+  const std::string section = heading + "\n\n" + body;
+  size_t begin = text.find(heading + "\n");
+  if (begin == std::string::npos) {
+    if (!text.empty() && text.back() != '\n') {
+      text += "\n";
+    }
+    text += "\n" + section;
+  } else {
+    size_t end = text.find("\n## ", begin + heading.size());
+    end = end == std::string::npos ? text.size() : end + 1;
+    text.replace(begin, end - begin, section);
+  }
+  std::ofstream out(path);
+  out << text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  remat::install_tracking_allocator();
+  torch::set_num_threads(2);
+  Flags flags;
+  flags.command = "build-plan/bench/plan_bench";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    flags.command += " " + arg;
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "plan_bench: " << arg << " needs a value\n";
+        std::exit(2);
+      }
+      flags.command += std::string(" ") + argv[i + 1];
+      return argv[++i];
+    };
+    if (arg == "--experiment") {
+      flags.experiment = value();
+    } else if (arg == "--warmup") {
+      flags.warmup = std::stoi(value());
+    } else if (arg == "--steps") {
+      flags.steps = std::stoi(value());
+    } else if (arg == "--quick") {
+      flags.quick = true;
+      flags.warmup = 1;
+      flags.steps = 3;
+    } else if (arg == "--write") {
+      flags.write_path = value();
+    } else {
+      std::cerr << "usage: plan_bench [--experiment E1|E2|all] [--warmup N] "
+                   "[--steps N] [--quick] [--write docs/benchmarks.md]\n";
+      return 2;
+    }
+  }
+  const std::string header =
+      "Run " + machine_line() + ". Command: `" + flags.command + "` (warm-up " +
+      std::to_string(flags.warmup) + ", timed steps " +
+      std::to_string(flags.steps) + ", interleaved).\n\n";
+  try {
+    if (flags.experiment == "E1" || flags.experiment == "all") {
+      const std::string body = header + run_e1(flags);
+      if (!flags.write_path.empty()) {
+        write_section(flags.write_path, "## E1", body);
+      }
+    }
+    if (flags.experiment == "E2" || flags.experiment == "all") {
+      const std::string body = header + run_e2(flags);
+      if (!flags.write_path.empty()) {
+        write_section(flags.write_path, "## E2", body);
+      }
+    }
+  } catch (const std::exception& error) {
+    std::cerr << "plan_bench: " << error.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
