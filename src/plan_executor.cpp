@@ -24,11 +24,11 @@
 // torch::autograd::Function would keep a copy for the whole backward).
 //
 // RNG and module state (NOTE: [Recompute and RNG] in replay.h): the first
-// forward of each stage captures its RNG state (NOTE: [Plan RNG state]) and a
-// ReplayState (autocast); every later forward of that stage replays both and
-// runs under a RecomputeGuard that restores the stage module's buffers
-// afterwards, so dropout masks repeat and BatchNorm running statistics are
-// updated once per step.
+// forward of each stage captures a ReplayState (RNG states as plain bytes, so
+// nothing extra is counted by the tracking allocator; autocast); every later
+// forward of that stage replays it under a RecomputeGuard that restores the
+// stage module's buffers afterwards, so dropout masks repeat and BatchNorm
+// running statistics are updated once per step.
 #include "plan_executor.h"
 
 #include <memory>
@@ -53,65 +53,6 @@ namespace remat::detail {
 namespace {
 
 using planner::OpKind;
-
-/// Generator states copied out of tensor memory.
-///
-/// NOTE: [Plan RNG state]
-/// ReplayState keeps each generator state as a tensor (5 KiB for the CPU
-/// generator), which the tracking allocator counts; one per stage would break
-/// the exact agreement between the measured peak and simulate(). The executor
-/// therefore keeps the states as plain bytes and wraps them with from_blob
-/// (no allocation) to set them; ReplayState/RecomputeGuard still provide the
-/// autocast replay, buffer restore, grad mode and is_recomputing().
-class RngSnapshot {
- public:
-  /// The CPU generator's state, and the CUDA generator's of `device` if any.
-  static RngSnapshot capture(c10::Device device) {
-    RngSnapshot snapshot;
-    std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
-    if (device.is_cuda()) {
-      devices.push_back(device);
-    }
-    for (const auto& each : devices) {
-      at::Generator generator = at::globalContext().defaultGenerator(each);
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      const torch::Tensor state = generator.get_state().contiguous();
-      const auto* begin = state.data_ptr<uint8_t>();
-      snapshot.states_.push_back(
-          {generator, std::vector<uint8_t>(begin, begin + state.numel())});
-    }
-    return snapshot;
-  }
-
-  /// Sets every captured generator back to its captured state.
-  void restore() {
-    for (auto& [generator, bytes] : states_) {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(torch::from_blob(
-          bytes.data(), {static_cast<int64_t>(bytes.size())}, torch::kByte));
-    }
-  }
-
- private:
-  std::vector<std::pair<at::Generator, std::vector<uint8_t>>> states_;
-};
-
-/// RAII: installs `replayed` now, the ambient RNG state again at the end.
-class RngReplayGuard {
- public:
-  RngReplayGuard(RngSnapshot& replayed, c10::Device device)
-      : ambient_(RngSnapshot::capture(device)) {
-    replayed.restore();
-  }
-  ~RngReplayGuard() {
-    ambient_.restore();
-  }
-  RngReplayGuard(const RngReplayGuard&) = delete;
-  RngReplayGuard& operator=(const RngReplayGuard&) = delete;
-
- private:
-  RngSnapshot ambient_;
-};
 
 /// What a recorded forward of one stage leaves alive for its backward.
 struct StageRecord {
@@ -138,7 +79,6 @@ class PlanExecution {
     values_.resize(stages + 1);
     records_.resize(stages);
     first_forward_.resize(stages);
-    first_rng_.resize(stages);
     values_[0] = input.detach();
   }
   PlanExecution(const PlanExecution&) = delete;
@@ -204,13 +144,11 @@ class PlanExecution {
   torch::Tensor forward_stage(
       int64_t i, const torch::Tensor& input, bool record) {
     if (!first_forward_[i]) {
-      first_rng_[i] = RngSnapshot::capture(input.device());
       first_forward_[i].emplace(
-          torch::autograd::variable_list{input}, /*preserve_rng=*/false);
+          torch::autograd::variable_list{input}, /*preserve_rng=*/true);
       c10::AutoGradMode grad_mode(record);
       return stages_[i].forward(input);
     }
-    RngReplayGuard rng_guard(first_rng_[i], input.device());
     RecomputeGuard guard(*first_forward_[i], {modules_[i]});
     c10::AutoGradMode grad_mode(record);
     return stages_[i].forward(input);
@@ -237,8 +175,7 @@ class PlanExecution {
   std::vector<std::shared_ptr<torch::nn::Module>> modules_;
   std::vector<torch::Tensor> values_;  // x_v while held, else undefined
   std::vector<StageRecord> records_;   // R_i while recorded
-  std::vector<std::optional<ReplayState>> first_forward_;  // autocast state
-  std::vector<RngSnapshot> first_rng_;
+  std::vector<std::optional<ReplayState>> first_forward_;  // RNG, autocast
   torch::Tensor grad_;  // the gradient in flight
 };
 

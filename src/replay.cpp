@@ -4,6 +4,7 @@
 #include "replay.h"
 
 #include <ATen/Context.h>
+#include <ATen/Functions.h>
 #include <torch/nn/module.h>
 
 #include "remat/checkpoint.h"
@@ -36,21 +37,35 @@ ReplayState::ReplayState(
     }
   }
   for (const auto& device : devices) {
-    auto generator = mutable_generator(device);
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    rng_states_.push_back({generator, generator.get_state()});
+    rng_states_.push_back(capture(mutable_generator(device)));
   }
+}
+
+ReplayState::GeneratorState ReplayState::capture(
+    const at::Generator& generator) {
+  at::Generator handle = generator;
+  std::lock_guard<std::mutex> lock(handle.mutex());
+  const at::Tensor state = handle.get_state().contiguous();
+  const auto* begin = state.data_ptr<uint8_t>();
+  return {handle, std::vector<uint8_t>(begin, begin + state.numel())};
+}
+
+void ReplayState::restore(GeneratorState& saved) {
+  std::lock_guard<std::mutex> lock(saved.generator.mutex());
+  // from_blob wraps the bytes without allocating.
+  saved.generator.set_state(at::from_blob(
+      saved.state_bytes.data(),
+      {static_cast<int64_t>(saved.state_bytes.size())},
+      at::kByte));
 }
 
 RecomputeGuard::RecomputeGuard(
     const ReplayState& replay,
     const std::vector<std::shared_ptr<torch::nn::Module>>& modules)
     : ambient_autocast_(compat::AutocastState::capture()) {
-  for (const auto& saved : replay.rng_states_) {
-    auto generator = saved.generator;
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    ambient_rng_.push_back({generator, generator.get_state()});
-    generator.set_state(saved.state);
+  for (auto saved : replay.rng_states_) {
+    ambient_rng_.push_back(ReplayState::capture(saved.generator));
+    ReplayState::restore(saved);
   }
   replay.autocast_.apply();
   {
@@ -76,8 +91,7 @@ RecomputeGuard::~RecomputeGuard() {
   }
   ambient_autocast_.apply();
   for (auto& saved : ambient_rng_) {
-    std::lock_guard<std::mutex> lock(saved.generator.mutex());
-    saved.generator.set_state(saved.state);
+    ReplayState::restore(saved);
   }
 }
 

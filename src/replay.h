@@ -39,10 +39,15 @@ class ReplayState {
 
  private:
   friend class RecomputeGuard;
+  // States are kept as plain bytes, not tensors: a tensor would be counted
+  // by the tracking allocator (5 KiB per CPU generator) and blur exact
+  // activation accounting (NOTE: [Plan execution] in plan_executor.cpp).
   struct GeneratorState {
     at::Generator generator;
-    at::Tensor state;
+    std::vector<uint8_t> state_bytes;
   };
+  static GeneratorState capture(const at::Generator& generator);
+  static void restore(GeneratorState& saved);
   std::vector<GeneratorState> rng_states_;
   compat::AutocastState autocast_;
 };
