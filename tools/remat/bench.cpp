@@ -211,9 +211,10 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   const Batch batch = workload.next_batch();
   const uint64_t seed = options.seed * 1000003ULL + 1;
   const planner::Chain chain = profile_chain(model, batch.inputs);
-  const int64_t store_all_peak =
-      measure_store_all_peak(model, workload, batch, seed);
-  const BudgetFrame frame = measured_frame(chain, store_all_peak);
+  const MeasuredReference measured =
+      measure_reference(chain, model, workload, batch, seed);
+  const int64_t store_all_peak = measured.no_checkpoint_peak_bytes;
+  const BudgetFrame frame = measured.frame;
   if (!options.json) {
     io.out << "model     " << workload.description() << '\n'
            << "no-checkpoint activation peak " << format_bytes(store_all_peak)
@@ -387,12 +388,9 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   script << "set terminal pngcairo size 1000,640 noenhanced font ',11'\n"
          << "set output 'plot.png'\n"
          << "set title "
-         << gnuplot_quote(
-                "remat bench: " + workload.description() +
-                "\nmedian step "
-                "time against measured activation peak")
+         << gnuplot_quote("remat bench: " + workload.description())
          << "\nset xlabel 'activation peak (MiB, measured)'\n"
-         << "set ylabel 'step time (ms, median)'\n"
+         << "set ylabel 'step time (ms, median of the timed rounds)'\n"
          << "set key outside right top\n"
          << "set grid\n"
          << "set xrange [0:*]\n";

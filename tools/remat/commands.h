@@ -41,7 +41,7 @@ struct BudgetFlags {
 struct TrainOptions {
   ModelFlags model;
   BudgetFlags budget;
-  int64_t steps = 200;
+  int64_t steps = 250;
   double lr = 3e-3;
   uint64_t seed = 0;
   int64_t threads = 2;

@@ -162,7 +162,8 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
     nlohmann::json report;
     report["source"] = source;
     report["strategy"] = strategy.to_string();
-    report["budget"] = budget.to_string();
+    report["budget"] =
+        (choice.budget_bytes ? budget.to_string() : std::string("none"));
     report["budget_bytes"] = choice.budget_bytes
                                  ? nlohmann::json(*choice.budget_bytes)
                                  : nlohmann::json(nullptr);
@@ -209,7 +210,7 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
   } else {
     io.out << "chain     " << source << '\n';
     io.out << "strategy  " << strategy.to_string() << ", budget "
-           << budget.to_string();
+           << (choice.budget_bytes ? budget.to_string() : std::string("none"));
     if (choice.budget_bytes) {
       io.out << " = " << format_bytes(*choice.budget_bytes);
     }

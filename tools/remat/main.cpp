@@ -6,9 +6,10 @@
 // machine (2 cores, other processes busy) spinning threads fight for the
 // cores and a 2-thread step runs several times slower than a 1-thread one;
 // with OMP_WAIT_POLICY=PASSIVE they sleep instead. libgomp reads the variable
-// once, when it is loaded (before main), so when it is unset remat sets it
-// and re-executes itself once. Set OMP_WAIT_POLICY yourself (for example to
-// ACTIVE) to keep your own choice; REMAT_NO_REEXEC=1 disables the re-exec.
+// once, when it is loaded (before main), so when it is unset and the command
+// runs a model, remat sets it and re-executes itself once. Set OMP_WAIT_POLICY
+// yourself (for example to ACTIVE) to keep your own choice; REMAT_NO_REEXEC=1
+// disables the re-exec.
 //
 // The tracking CPU allocator is installed before anything allocates, so that
 // MemoryMeter counts every byte.
@@ -16,6 +17,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include <remat/memory_meter.h>
 
@@ -23,8 +25,24 @@
 #include "cli_error.h"
 #include "progress.h"
 
+namespace {
+
+// Whether the command line asks for a command that runs a model (all but
+// `plan`, --help and --version); with no command, `remat` runs the demo.
+bool runs_models(int argc, char** argv) {
+  for (int index = 1; index < argc; ++index) {
+    const std::string argument = argv[index];
+    if (argument == "-h" || argument == "--help" || argument == "--version") {
+      return false;
+    }
+  }
+  return argc < 2 || std::string(argv[1]) != "plan";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr &&
+  if (runs_models(argc, argv) && std::getenv("OMP_WAIT_POLICY") == nullptr &&
       std::getenv("REMAT_NO_REEXEC") == nullptr) {
     ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
     ::execv("/proc/self/exe", argv);

@@ -66,7 +66,8 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
         {"stages", chain.size()},
         {"input_bytes", chain.input_bytes()}};
     report["strategy"] = strategy.to_string();
-    report["budget"] = budget.to_string();
+    report["budget"] =
+        (choice.budget_bytes ? budget.to_string() : std::string("none"));
     report["budget_bytes"] = choice.budget_bytes
                                  ? nlohmann::json(*choice.budget_bytes)
                                  : nlohmann::json(nullptr);
@@ -93,7 +94,7 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
        << ", time " << choice.store_all_time_ms << " ms; minimum feasible "
        << format_bytes(choice.min_feasible_bytes) << '\n';
   text << "strategy  " << strategy.to_string() << ", budget "
-       << budget.to_string();
+       << (choice.budget_bytes ? budget.to_string() : std::string("none"));
   if (choice.budget_bytes) {
     text << " = " << format_bytes(*choice.budget_bytes) << " ("
          << *choice.budget_bytes << " bytes)";

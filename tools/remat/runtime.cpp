@@ -123,16 +123,18 @@ StepResult Trainer::step(
   return result;
 }
 
-int64_t measure_store_all_peak(
+int64_t measure_step_peak(
     torch::nn::Sequential model,
+    const PlanChoice& choice,
     const Workload& workload,
     const Batch& batch,
     uint64_t seed) {
+  Executor executor(model, choice, Mode::kNonReentrant);
   model->train();
   zero_gradients(model);
   torch::manual_seed(seed);
   MemoryMeter meter;
-  torch::Tensor loss = workload.loss(model->forward(batch.inputs), batch);
+  torch::Tensor loss = workload.loss(executor.forward(batch.inputs), batch);
   loss.backward();
   const int64_t peak = meter.peak_delta_bytes();
   loss = torch::Tensor();
@@ -140,13 +142,25 @@ int64_t measure_store_all_peak(
   return peak;
 }
 
-BudgetFrame measured_frame(
-    const planner::Chain& chain, int64_t measured_store_all_peak_bytes) {
-  BudgetFrame frame;
-  frame.reference_peak_bytes = measured_store_all_peak_bytes;
-  frame.offset_bytes =
-      planner_frame(chain).reference_peak_bytes - measured_store_all_peak_bytes;
-  return frame;
+MeasuredReference measure_reference(
+    const planner::Chain& chain,
+    torch::nn::Sequential model,
+    const Workload& workload,
+    const Batch& batch,
+    uint64_t seed) {
+  const BudgetFrame own = planner_frame(chain);
+  PlanChoice store_all =
+      choose_plan(chain, parse_strategy("none"), BudgetSpec{}, false, own);
+  MeasuredReference reference;
+  reference.no_checkpoint_peak_bytes =
+      measure_step_peak(model, store_all, workload, batch, seed);
+  store_all.strategy = parse_strategy("optimal");  // run by PlannedSequential
+  reference.planned_store_all_peak_bytes =
+      measure_step_peak(model, store_all, workload, batch, seed);
+  reference.frame.reference_peak_bytes = reference.no_checkpoint_peak_bytes;
+  reference.frame.offset_bytes =
+      own.reference_peak_bytes - reference.planned_store_all_peak_bytes;
+  return reference;
 }
 
 double median(std::vector<double> values) {

@@ -92,19 +92,36 @@ class Trainer {
   MemoryMeter meter_;
 };
 
-/// The measured activation peak of one no-checkpoint step of `model` on
-/// `batch` (no optimizer step; gradients are left zeroed).
-int64_t measure_store_all_peak(
+/// The measured activation peak of one step of `model` run as `choice`
+/// says (no optimizer step; gradients are left zeroed).
+int64_t measure_step_peak(
     torch::nn::Sequential model,
+    const PlanChoice& choice,
     const Workload& workload,
     const Batch& batch,
     uint64_t seed);
 
-/// The measured budget frame for a model: 100% is its measured
-/// no-checkpoint activation peak; the offset maps measured bytes onto the
-/// chain's simulated bytes (strategy.h).
-BudgetFrame measured_frame(
-    const planner::Chain& chain, int64_t measured_store_all_peak_bytes);
+/// The measurements that fix the budget frame of a model.
+struct MeasuredReference {
+  /// Activation peak of the plain Sequential (no checkpointing): 100%.
+  int64_t no_checkpoint_peak_bytes = 0;
+  /// Activation peak of PlannedSequential running the store-all plan.
+  int64_t planned_store_all_peak_bytes = 0;
+  /// 100% = no_checkpoint_peak_bytes; offset = simulated store-all peak
+  /// minus planned_store_all_peak_bytes, so that a plan solved within
+  /// (budget + offset) planner bytes measures within the budget when
+  /// PlannedSequential runs it (its overhead over the cost model -- the loss,
+  /// gradient accumulation -- is the same for every plan).
+  BudgetFrame frame;
+};
+
+/// Measures one plain and one planned store-all step of `model` on `batch`.
+MeasuredReference measure_reference(
+    const planner::Chain& chain,
+    torch::nn::Sequential model,
+    const Workload& workload,
+    const Batch& batch,
+    uint64_t seed);
 
 /// Median of `values` (upper median for even sizes); 0 when empty.
 double median(std::vector<double> values);

@@ -15,8 +15,9 @@
 //    counts). plan and explain use the planner's own frame (100% = the
 //    simulated store-all peak, offset 0); train and bench measure the model
 //    and use a measured frame (100% = the measured no-checkpoint activation
-//    peak, offset = simulated minus measured store-all peak), so that a plan
-//    solved in planner bytes lands within the budget the user measures.
+//    peak, offset = simulated store-all peak minus the measured peak of
+//    PlannedSequential running the store-all plan; runtime.h), so that a
+//    plan solved in planner bytes lands within the budget the user measures.
 #pragma once
 
 #include <cstdint>

@@ -124,9 +124,10 @@ void run_train(const TrainOptions& options, const CommandIo& io) {
   }
   const Batch probe = workload.next_batch();
   const planner::Chain chain = profile_chain(model, probe.inputs);
-  const int64_t store_all_peak = measure_store_all_peak(
-      model, workload, probe, step_seed(options.seed, -1));
-  const BudgetFrame frame = measured_frame(chain, store_all_peak);
+  const MeasuredReference reference = measure_reference(
+      chain, model, workload, probe, step_seed(options.seed, -1));
+  const int64_t store_all_peak = reference.no_checkpoint_peak_bytes;
+  const BudgetFrame frame = reference.frame;
   const PlanChoice choice = choose_plan(
       chain,
       strategy,
@@ -137,7 +138,8 @@ void run_train(const TrainOptions& options, const CommandIo& io) {
   const double predicted_peak =
       static_cast<double>(choice.simulation.peak_bytes - frame.offset_bytes);
   if (human) {
-    io.out << "budget    " << budget.to_string();
+    io.out << "budget    "
+           << (choice.budget_bytes ? budget.to_string() : std::string("none"));
     if (choice.budget_bytes) {
       io.out << " = " << format_bytes(*choice.budget_bytes);
     }
@@ -240,7 +242,8 @@ void run_train(const TrainOptions& options, const CommandIo& io) {
     nlohmann::json report;
     report["model"] = workload.description();
     report["strategy"] = strategy.to_string();
-    report["budget"] = budget.to_string();
+    report["budget"] =
+        (choice.budget_bytes ? budget.to_string() : std::string("none"));
     report["budget_bytes"] = choice.budget_bytes
                                  ? nlohmann::json(*choice.budget_bytes)
                                  : nlohmann::json(nullptr);

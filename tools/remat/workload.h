@@ -26,15 +26,16 @@
 
 namespace remat::cli {
 
-/// Model flags. Defaults here are those of `remat train`; other commands pass
-/// smaller defaults to add_model_flags().
+/// Model flags. The defaults are those of every command (the `remat train`
+/// demo: 250 steps of this GPT take about a minute on 2 shared cores, and the
+/// loss falls from about 3.9 to about 1.6).
 struct ModelFlags {
   /// gpt, mlp or resnet.
   std::string model = "gpt";
   /// gpt: transformer blocks; mlp: hidden stages; resnet: blocks per stage.
   int64_t layers = 4;
   /// gpt: model width; mlp: stage width; resnet: channels of the first stage.
-  int64_t hidden = 128;
+  int64_t hidden = 96;
   /// gpt: attention heads (must divide --hidden).
   int64_t heads = 4;
   /// gpt: context length in characters.
