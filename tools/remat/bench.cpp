@@ -388,7 +388,10 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   script << "set terminal pngcairo size 1000,640 noenhanced font ',11'\n"
          << "set output 'plot.png'\n"
          << "set title "
-         << gnuplot_quote("remat bench: " + workload.description())
+         << gnuplot_quote(
+                "remat bench: " + options.model.model + ", " +
+                std::to_string(model->size()) + " stages, batch " +
+                std::to_string(options.model.batch) + " (details: README.md)")
          << "\nset xlabel 'activation peak (MiB, measured)'\n"
          << "set ylabel 'step time (ms, median of the timed rounds)'\n"
          << "set key outside right top\n"
