@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     }
   }
   torch::optim::AdamW optimizer(parameters, /*lr=*/1e-3);
-  auto x = torch::randn({256, 1024});
+  auto x = torch::randn({1024, 1024});
 
   // One training step's forward and backward; returns the activation peak.
   auto step = [&](bool use_checkpoint) {
