@@ -1,13 +1,16 @@
 // remat/remat.h: the whole remat API (namespace remat).
 //
-//   checkpoint, checkpoint_sequential, CheckpointOptions   remat/checkpoint.h
-//   SavedTensorHooks, install_engine remat/saved_tensor_hooks.h MemoryMeter
-//   remat/memory_meter.h the torch-free planner (namespace remat::planner)
-//   remat/planner.h
+// remat/checkpoint.h          checkpoint, checkpoint_sequential, options
+// remat/saved_tensor_hooks.h  SavedTensorHooks, install_engine
+// remat/memory_meter.h        MemoryMeter, install_tracking_allocator
+// remat/profile.h             profile_chain
+// remat/planned_sequential.h  PlannedSequential, Budget, auto_checkpoint
+// remat/planner.h             the torch-free planner (remat::planner)
 #pragma once
 
 #include "remat/checkpoint.h"
 #include "remat/memory_meter.h"
-#include "remat/saved_tensor_hooks.h"
-#include "remat/profile.h"
 #include "remat/planned_sequential.h"
+#include "remat/planner.h"
+#include "remat/profile.h"
+#include "remat/saved_tensor_hooks.h"
