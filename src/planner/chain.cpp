@@ -84,6 +84,10 @@ Chain::Chain(std::vector<StageCost> stages, int64_t input_bytes)
     add_bytes(byte_total, i, "saved_bytes", s.saved_bytes, 1);
     add_bytes(byte_total, i, "forward_tmp_bytes", s.forward_tmp_bytes, 1);
     add_bytes(byte_total, i, "backward_tmp_bytes", s.backward_tmp_bytes, 1);
+    if (s.record_tmp_bytes) {
+      check_bytes(i, "record_tmp_bytes", *s.record_tmp_bytes);
+      add_bytes(byte_total, i, "record_tmp_bytes", *s.record_tmp_bytes, 1);
+    }
     total_ms += s.forward_ms + s.backward_ms;
     if (!std::isfinite(total_ms * static_cast<double>(size() + 1))) {
       fail(
@@ -118,7 +122,8 @@ bool operator==(const StageCost& lhs, const StageCost& rhs) {
          lhs.output_bytes == rhs.output_bytes &&
          lhs.saved_bytes == rhs.saved_bytes &&
          lhs.forward_tmp_bytes == rhs.forward_tmp_bytes &&
-         lhs.backward_tmp_bytes == rhs.backward_tmp_bytes;
+         lhs.backward_tmp_bytes == rhs.backward_tmp_bytes &&
+         lhs.record_tmp_bytes == rhs.record_tmp_bytes;
 }
 
 bool operator!=(const StageCost& lhs, const StageCost& rhs) {

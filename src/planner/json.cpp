@@ -175,13 +175,17 @@ auto guarded(const char* function, Read read) {
 std::string to_json(const Chain& chain) {
   json stages = json::array();
   for (const StageCost& s : chain.stages()) {
-    stages.push_back(json{
+    json stage{
         {"forward_ms", s.forward_ms},
         {"backward_ms", s.backward_ms},
         {"output_bytes", s.output_bytes},
         {"saved_bytes", s.saved_bytes},
         {"forward_tmp_bytes", s.forward_tmp_bytes},
-        {"backward_tmp_bytes", s.backward_tmp_bytes}});
+        {"backward_tmp_bytes", s.backward_tmp_bytes}};
+    if (s.record_tmp_bytes) {
+      stage["record_tmp_bytes"] = *s.record_tmp_bytes;
+    }
+    stages.push_back(std::move(stage));
   }
   return json{{"input_bytes", chain.input_bytes()}, {"stages", stages}}.dump();
 }
@@ -206,7 +210,8 @@ Chain chain_from_json(std::string_view text) {
            "output_bytes",
            "saved_bytes",
            "forward_tmp_bytes",
-           "backward_tmp_bytes"});
+           "backward_tmp_bytes",
+           "record_tmp_bytes"});
       auto ms = [&](const char* key) {
         return r.non_negative_number(
             r.field(stage, path, key), JsonReader::join(path, key));
@@ -222,6 +227,9 @@ Chain chain_from_json(std::string_view text) {
       cost.saved_bytes = bytes("saved_bytes");
       cost.forward_tmp_bytes = bytes("forward_tmp_bytes");
       cost.backward_tmp_bytes = bytes("backward_tmp_bytes");
+      if (stage.contains("record_tmp_bytes")) {
+        cost.record_tmp_bytes = bytes("record_tmp_bytes");
+      }
       costs.push_back(cost);
     }
     try {

@@ -21,8 +21,9 @@
 // (x_{i+1} inside R_i). Ops on stage i, with B = live bytes before the op:
 //   forward (all kinds): REQUIRES backward of stage i not yet run, x_i held,
 //     x_{i+1} not held; the last stage may only be recorded (its output only
-//     feeds the loss). Peak B + produced + forward_tmp_bytes, where produced
-//     is saved_bytes (record) or output_bytes. Time += forward_ms.
+//     feeds the loss). Peak B + produced + transient, where produced is
+//     saved_bytes and transient record_transient() for kForwardRecord, else
+//     output_bytes and forward_tmp_bytes. Time += forward_ms.
 //     kForwardNoSave: x_{i+1} becomes kLoose; a kLoose x_i is dropped.
 //     kForwardCheckpoint: x_{i+1} becomes kLoose; a kLoose x_i becomes kKept.
 //     kForwardRecord: R_i held, x_{i+1} kInRecord; a kLoose x_i becomes kKept.
@@ -141,10 +142,11 @@ std::string Replay::apply(const Op& op) {
     return "forward of the last stage " + std::to_string(i) +
            " must be kForwardRecord (its output only feeds the loss)";
   }
-  const int64_t produced =
-      op.kind == OpKind::kForwardRecord ? cost.saved_bytes : cost.output_bytes;
-  peak_bytes_ =
-      std::max(peak_bytes_, current_bytes_ + produced + cost.forward_tmp_bytes);
+  const bool record = op.kind == OpKind::kForwardRecord;
+  const int64_t produced = record ? cost.saved_bytes : cost.output_bytes;
+  const int64_t transient =
+      record ? cost.record_transient() : cost.forward_tmp_bytes;
+  peak_bytes_ = std::max(peak_bytes_, current_bytes_ + produced + transient);
   current_bytes_ += produced;
   switch (op.kind) {
     case OpKind::kForwardNoSave:

@@ -57,7 +57,8 @@ using detail::SegmentInfo;
 struct UnitStage {
   int64_t output_units = 0;
   int64_t saved_units = 0;
-  int64_t forward_tmp_units = 0;
+  int64_t forward_tmp_units = 0;  // kForwardNoSave and kForwardCheckpoint
+  int64_t record_tmp_units = 0;   // kForwardRecord
   int64_t backward_tmp_units = 0;
   double forward_ms = 0;
   double backward_ms = 0;
@@ -73,6 +74,7 @@ class UnitChain {
           round_up(s.output_bytes, unit_bytes),
           round_up(s.saved_bytes, unit_bytes),
           round_up(s.forward_tmp_bytes, unit_bytes),
+          round_up(s.record_transient(), unit_bytes),
           round_up(s.backward_tmp_bytes, unit_bytes),
           s.forward_ms,
           s.backward_ms});
@@ -98,7 +100,7 @@ class UnitChain {
   int64_t record_units(int64_t a, int64_t b) const {
     const UnitStage& s = stage(a);
     return std::max(
-        pending_grad_units(b) + s.saved_units + s.forward_tmp_units,
+        pending_grad_units(b) + s.saved_units + s.record_tmp_units,
         s.saved_units + value_units(a + 1) + value_units(a) +
             s.backward_tmp_units);
   }

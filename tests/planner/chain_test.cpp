@@ -44,6 +44,26 @@ TEST(Chain, RejectsNegativeSizesNamingStageAndField) {
   EXPECT_NE(error_of({StageCost{}}, -1).find("input_bytes"), std::string::npos);
 }
 
+TEST(Chain, RejectsANegativeRecordTransient) {
+  StageCost bad{1, 1, 10, 10};
+  bad.record_tmp_bytes = -5;
+  const std::string error = error_of({bad}, 1);
+  EXPECT_NE(error.find("stage 0"), std::string::npos) << error;
+  EXPECT_NE(error.find("record_tmp_bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find("-5"), std::string::npos) << error;
+}
+
+TEST(Chain, RecordTransientDefaultsToTheForwardTransient) {
+  StageCost cost{1, 1, 10, 10};
+  cost.forward_tmp_bytes = 6;
+  EXPECT_EQ(cost.record_transient(), 6);
+  cost.record_tmp_bytes = 2;
+  EXPECT_EQ(cost.record_transient(), 2);
+  StageCost same = cost;
+  same.record_tmp_bytes.reset();
+  EXPECT_NE(Chain({cost}, 1), Chain({same}, 1));
+}
+
 TEST(Chain, RejectsNegativeOrNonFiniteTimes) {
   StageCost nan_stage;
   nan_stage.backward_ms = std::nan("");

@@ -32,6 +32,7 @@ TEST(ChainJson, RoundTripsExactly) {
     EXPECT_EQ(chain_from_json(to_json(chain)), chain);
   }
   EXPECT_EQ(chain_from_json(kGoodChain).stage(0).backward_tmp_bytes, 4);
+  EXPECT_FALSE(chain_from_json(kGoodChain).stage(0).record_tmp_bytes);
 }
 
 TEST(ChainJson, NamesTheFieldAndValueOfBadInput) {

@@ -40,6 +40,25 @@ TEST(Simulate, CountsACheckpointedSegment) {
   EXPECT_DOUBLE_EQ(sim.time_ms, (1 + 2) + 3 + (2 + 3 + 4) + (1 + 2));
 }
 
+TEST(Simulate, UsesTheRecordTransientForRecordedForwardsOnly) {
+  // One stage kind whose no-grad forward needs 40 extra bytes and whose
+  // recorded forward needs 1: the peaks of R and of C/N follow their own.
+  std::vector<StageCost> stages(3, StageCost{1, 2, 10, 15, 40, 0});
+  for (StageCost& s : stages) {
+    s.record_tmp_bytes = 1;
+  }
+  const Chain chain(stages, 10);
+  // Store-all: x_0 10 + R0 15 + R1 15 + R2 15 (+1 inside R2) = 56; B2: 55 +
+  // g_3 10 + g_2 10 = 75.
+  EXPECT_EQ(simulate(chain, plan_from_string("R0 R1 R2 B2 B1 B0")).peak_bytes,
+            75);
+  // C0 N1: x_0 10 + x_1 10 + x_2 10 + 40 = 70 inside N1, still below B2's
+  // 10 + x_2 10 + R2 15 + g_3 10 + g_2 10 = 55; so the peak is N1's 70.
+  EXPECT_EQ(
+      simulate(chain, plan_from_string("C0 N1 R2 B2 R0 R1 B1 B0")).peak_bytes,
+      70);
+}
+
 struct BrokenPlan {
   const char* plan;
   const char* error;

@@ -40,6 +40,9 @@ inline Chain random_chain(
     if (with_tmp) {
       s.forward_tmp_bytes = sometimes(rng) ? small(rng) : 0;
       s.backward_tmp_bytes = sometimes(rng) ? small(rng) : 0;
+      if (sometimes(rng)) {
+        s.record_tmp_bytes = small(rng);
+      }
     }
   }
   return Chain(std::move(stages), bytes(rng));

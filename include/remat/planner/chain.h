@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace remat::planner {
@@ -33,12 +34,25 @@ struct StageCost {
   /// Measured as live bytes after a recorded forward minus live bytes before
   /// it. Usually >= output_bytes.
   int64_t saved_bytes = 0;
-  /// Transient extra bytes inside the forward, on top of the bytes held before
-  /// the forward plus what it produces. Default: 0.
+  /// Transient extra bytes inside a forward that records nothing
+  /// (kForwardNoSave, kForwardCheckpoint), on top of the bytes held before the
+  /// forward plus the output it produces. Default: 0.
   int64_t forward_tmp_bytes = 0;
   /// Transient extra bytes inside the backward, on top of the bytes held before
   /// the backward plus the gradient it produces. Default: 0.
   int64_t backward_tmp_bytes = 0;
+  /// Transient extra bytes inside a recorded forward (kForwardRecord), on top
+  /// of the bytes held before the forward plus saved_bytes. It differs from
+  /// forward_tmp_bytes when recording changes what a forward allocates (a
+  /// dropout's no-grad forward frees its mask before returning; a recorded
+  /// one keeps it in saved_bytes). Unset (default): forward_tmp_bytes.
+  std::optional<int64_t> record_tmp_bytes = std::nullopt;
+
+  /// The transient of a recorded forward: record_tmp_bytes if set, else
+  /// forward_tmp_bytes.
+  int64_t record_transient() const {
+    return record_tmp_bytes.value_or(forward_tmp_bytes);
+  }
 };
 
 /// A validated, immutable chain of stage costs.
@@ -53,7 +67,8 @@ class Chain {
   /// `stages` is empty, any byte field or `input_bytes` is negative, any time
   /// is negative or not finite, or the byte sizes summed over the chain
   /// (2 * input_bytes + sum of 2 * output_bytes + saved_bytes +
-  /// forward_tmp_bytes + backward_tmp_bytes) exceed INT64_MAX / 4, or the
+  /// forward_tmp_bytes + backward_tmp_bytes + record_tmp_bytes) exceed
+  /// INT64_MAX / 4, or the
   /// summed times are not finite.
   Chain(std::vector<StageCost> stages, int64_t input_bytes);
 

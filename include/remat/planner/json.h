@@ -2,11 +2,13 @@
 //
 // Chain: {"input_bytes": 100, "stages": [{"forward_ms": 1.5,
 //   "backward_ms": 3, "output_bytes": 100, "saved_bytes": 150,
-//   "forward_tmp_bytes": 0, "backward_tmp_bytes": 0}, ...]}
+//   "forward_tmp_bytes": 0, "backward_tmp_bytes": 0,
+//   "record_tmp_bytes": 0}, ...]}  (record_tmp_bytes is optional)
 // Plan:  {"ops": [{"kind": "forward_record", "stage": 0},
 //   {"kind": "backward", "stage": 0}]}
 // Kinds: "forward_no_save", "forward_checkpoint", "forward_record",
-// "backward". Every field is required; unknown fields are rejected (they are
+// "backward". Every field but record_tmp_bytes is required (absent: unset, the
+// recorded forward's transient is forward_tmp_bytes); unknown fields are rejected (they are
 // usually typos). Byte sizes and stages are JSON integers; times are numbers.
 // The JSON library is an implementation detail (not in this header).
 #pragma once
