@@ -1,10 +1,13 @@
-// min_plus_piece (fill_kernels.h). The loops have no early exit and no
-// aliasing, so GCC vectorizes them; target_clones builds an AVX2 version next
-// to the baseline x86-64 (SSE2) one and picks at load time, so the library
-// runs on any x86-64 (no -march=native). Each version evaluates the same
-// double expression per element, in the same order, with no FMA (the AVX2
-// clone does not enable it), so results are bit-identical across versions.
+// The kernels of fill_kernels.h. The inner loops have a fixed trip count, no
+// early exit and no aliasing, so GCC vectorizes them; target_clones builds an
+// AVX2 version next to the baseline x86-64 (SSE2) one and picks at load time,
+// so the library runs on any x86-64 (no -march=native). Each version
+// evaluates the same float expression per element, in the same order, with
+// no FMA (nothing is multiplied), so results are bit-identical across
+// versions and to the scalar reference fill.
 #include "fill_kernels.h"
+
+#include <cstring>
 
 namespace remat::planner::detail {
 
@@ -17,48 +20,82 @@ namespace remat::planner::detail {
 
 namespace {
 
-// The loop for one pair of accessors; inlined into each clone.
-template <typename First, typename Second>
-inline void min_plus_loop(
-    double* __restrict best,
+// Eight floats as one value (GCC/Clang vector extension): one AVX2 register,
+// two SSE registers in the baseline clone.
+typedef Time Lanes __attribute__((vector_size(8 * sizeof(Time))));
+constexpr int64_t kLanes = 8;
+static_assert(kChunk % kLanes == 0);
+
+// One element: (constant_ms + first) + second, or constant_ms + first
+// without a second subproblem.
+template <bool kTwo>
+inline Time option_value(Time constant_ms, Time first, Time second) {
+  if constexpr (kTwo) {
+    return (constant_ms + first) + second;
+  } else {
+    (void)second;
+    return constant_ms + first;
+  }
+}
+
+// best[k] = min(best[k], option(k)) over [0, count), kChunk slots at a time,
+// stopping before a chunk whose first best is <= bound.
+template <bool kTwo>
+inline void bounded_min_plus(
+    Time* best,
     int64_t count,
-    double constant_ms,
-    First first,
-    Second second) {
-  for (int64_t k = 0; k < count; ++k) {
-    const double value = (constant_ms + first(k)) + second(k);
-    best[k] = value < best[k] ? value : best[k];
+    Time bound,
+    Time constant_ms,
+    const Time* first,
+    const Time* second) {
+  const Lanes constant_lanes = Lanes{} + constant_ms;
+  int64_t k = 0;
+  for (; k + kChunk <= count; k += kChunk) {
+    if (!(best[k] > bound)) {
+      return;
+    }
+    for (int64_t i = k; i < k + kChunk; i += kLanes) {
+      // The same expression as option_value, on kLanes slots at once.
+      Lanes value;
+      Lanes old;
+      std::memcpy(&value, first + i, sizeof value);
+      value = constant_lanes + value;
+      if constexpr (kTwo) {
+        Lanes more;
+        std::memcpy(&more, second + i, sizeof more);
+        value = value + more;
+      }
+      std::memcpy(&old, best + i, sizeof old);
+      const Lanes out = value < old ? value : old;
+      std::memcpy(best + i, &out, sizeof out);
+    }
+  }
+  if (k < count && best[k] > bound) {
+    for (; k < count; ++k) {
+      const Time value = option_value<kTwo>(
+          constant_ms, first[k], kTwo ? second[k] : Time{});
+      best[k] = value < best[k] ? value : best[k];
+    }
   }
 }
 
 }  // namespace
 
 REMAT_PLANNER_KERNEL_CLONES
-void min_plus_piece(
-    double* best,
+void min_plus_two(
+    Time* best,
     int64_t count,
-    double constant_ms,
-    const PieceTimes& first,
-    const PieceTimes& second) {
-  const double* __restrict first_times = first.times;
-  const double* __restrict second_times = second.times;
-  const double first_ms = first.plateau_ms;
-  const double second_ms = second.plateau_ms;
-  const auto stored_first = [first_times](int64_t k) { return first_times[k]; };
-  const auto stored_second = [second_times](int64_t k) {
-    return second_times[k];
-  };
-  const auto plateau_first = [first_ms](int64_t) { return first_ms; };
-  const auto plateau_second = [second_ms](int64_t) { return second_ms; };
-  if (first_times != nullptr && second_times != nullptr) {
-    min_plus_loop(best, count, constant_ms, stored_first, stored_second);
-  } else if (first_times != nullptr) {
-    min_plus_loop(best, count, constant_ms, stored_first, plateau_second);
-  } else if (second_times != nullptr) {
-    min_plus_loop(best, count, constant_ms, plateau_first, stored_second);
-  } else {
-    min_plus_loop(best, count, constant_ms, plateau_first, plateau_second);
-  }
+    Time bound,
+    Time constant_ms,
+    const Time* first,
+    const Time* second) {
+  bounded_min_plus<true>(best, count, bound, constant_ms, first, second);
+}
+
+REMAT_PLANNER_KERNEL_CLONES
+void min_plus_one(
+    Time* best, int64_t count, Time bound, Time constant_ms, const Time* first) {
+  bounded_min_plus<false>(best, count, bound, constant_ms, first, nullptr);
 }
 
 }  // namespace remat::planner::detail

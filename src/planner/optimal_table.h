@@ -19,11 +19,14 @@ enum class FillKind {
 /// Every stored time of solve_optimal's table for (chain, budget_bytes,
 /// memory_slots), segments in table order, m ascending; empty when
 /// solve_optimal does not fill a table (store-all fits, or nothing fits
-/// after rounding). REQUIRES: budget_bytes > 0, memory_slots >= 1.
+/// after rounding). kFiltered fills with `threads` threads (the reference
+/// fill is single-threaded). REQUIRES: budget_bytes > 0, memory_slots >= 1,
+/// threads >= 1.
 std::vector<double> optimal_time_table(
     const Chain& chain,
     int64_t budget_bytes,
     int64_t memory_slots,
-    FillKind kind);
+    FillKind kind,
+    int64_t threads = 1);
 
 }  // namespace remat::planner::detail

@@ -1,12 +1,19 @@
 // Private: the DP tables of solve_optimal, indexed by segment (first stage a,
 // last stage b, a <= b) and memory m in slots.
 //
-// SegmentBounds holds, per segment, the least memory any plan of the segment
+// SegmentInfo holds, per segment, the least memory any plan of the segment
 // needs (lo), the memory at which recording everything fits (hi) and the time
 // of recording everything (all_ms). SegmentCostTable holds the optimal time of
-// each segment for m in [lo, min(hi - 1, max_slots)]; below lo the segment is
-// infeasible (+inf), from hi on its time is all_ms. Accessors check bounds with
-// assert() (debug builds); there is no index arithmetic outside this file.
+// each segment for every m in [lo, max_slots]: the fill computes m < hi, and
+// from hi on the row holds all_ms (stored, so that the fill's inner loop reads
+// plain arrays). Below lo the segment is infeasible (+inf). Accessors check
+// bounds with assert() (debug builds); there is no index arithmetic outside
+// this file.
+//
+// Times in the table are float: it halves the memory traffic of the fill,
+// which is what bounds its speed, and doubles the SIMD width. The plan the
+// table picks is re-timed in double by simulate(); float rounding (about 1e-7
+// relative) can only matter between plans whose times are that close.
 #pragma once
 
 #include <algorithm>
@@ -17,7 +24,10 @@
 
 namespace remat::planner::detail {
 
-constexpr double kInfeasible = std::numeric_limits<double>::infinity();
+/// A time in the DP table, in milliseconds.
+using Time = float;
+
+constexpr Time kInfeasible = std::numeric_limits<Time>::infinity();
 
 /// Per-segment memory bounds and store-all time.
 struct SegmentInfo {
@@ -51,59 +61,67 @@ class SegmentArray {
   std::vector<T> cells_;
 };
 
-/// A read-only view of one segment's time as a function of memory m.
+/// One segment's row of the table: its time as a function of memory m.
 struct CostRow {
-  const double* data = nullptr;  ///< times for m in [lo, hi), m <= max_slots
+  Time* data = nullptr;  ///< times for m in [lo, lo + count)
   int64_t lo = 0;
-  int64_t hi = 0;
-  double all_ms = 0;
+  int64_t count = 0;  ///< max_slots - lo + 1, or 0 if lo > max_slots
 
-  /// Time at memory m: +inf below lo, all_ms from hi on.
-  double at(int64_t m) const {
+  /// Time at memory m: +inf below lo. REQUIRES: m <= max_slots.
+  Time at(int64_t m) const {
     if (m < lo) {
       return kInfeasible;
     }
-    if (m >= hi) {
-      return all_ms;
-    }
+    assert(m - lo < count);
     return data[m - lo];
+  }
+  /// Address of the time at memory m. REQUIRES: lo <= m <= max_slots.
+  Time* at_address(int64_t m) const {
+    assert(lo <= m && m - lo < count);
+    return data + (m - lo);
   }
 };
 
-/// Optimal times per (segment, memory) for m in [lo, min(hi - 1, max_slots)].
+/// Optimal times per (segment, memory) for m in [lo, max_slots].
 class SegmentCostTable {
  public:
   SegmentCostTable(const SegmentArray<SegmentInfo>& info, int64_t max_slots)
-      : info_(&info), max_slots_(max_slots), offsets_(info.stages()) {
+      : info_(&info), max_slots_(max_slots), rows_(info.stages()) {
     size_t total = 0;
+    std::vector<size_t> offsets;
     for (int64_t b = 0; b < info.stages(); ++b) {
       for (int64_t a = 0; a <= b; ++a) {
-        offsets_.at(a, b) = total;
-        total += static_cast<size_t>(stored_count(a, b));
+        const int64_t lo = info.at(a, b).lo;
+        offsets.push_back(total);
+        total += static_cast<size_t>(lo <= max_slots ? max_slots - lo + 1 : 0);
       }
     }
     times_.assign(total, kInfeasible);
+    size_t k = 0;
+    for (int64_t b = 0; b < info.stages(); ++b) {
+      for (int64_t a = 0; a <= b; ++a, ++k) {
+        const SegmentInfo& s = info.at(a, b);
+        CostRow& row = rows_.at(a, b);
+        row.data = times_.data() + offsets[k];
+        row.lo = s.lo;
+        row.count = s.lo <= max_slots ? max_slots - s.lo + 1 : 0;
+        for (int64_t m = std::max(s.lo, s.hi); m <= max_slots; ++m) {
+          *row.at_address(m) = static_cast<Time>(s.all_ms);
+        }
+      }
+    }
   }
+  SegmentCostTable(const SegmentCostTable&) = delete;
+  SegmentCostTable& operator=(const SegmentCostTable&) = delete;
 
-  /// Number of stored memory values of segment (a, b).
-  int64_t stored_count(int64_t a, int64_t b) const {
-    const SegmentInfo& s = info_->at(a, b);
-    const int64_t top = std::min(s.hi - 1, max_slots_);
-    return top >= s.lo ? top - s.lo + 1 : 0;
+  /// Last m the fill computes for segment (a, b): min(hi - 1, max_slots);
+  /// below lo if it computes none.
+  int64_t computed_top(int64_t a, int64_t b) const {
+    return std::min(info_->at(a, b).hi - 1, max_slots_);
   }
-  /// Mutable storage of segment (a, b): stored_count(a, b) values, the first
-  /// for m = lo.
-  double* mutable_row(int64_t a, int64_t b) {
-    return times_.data() + offsets_.at(a, b);
-  }
-  CostRow row(int64_t a, int64_t b) const {
-    const SegmentInfo& s = info_->at(a, b);
-    return CostRow{times_.data() + offsets_.at(a, b), s.lo, s.hi, s.all_ms};
-  }
-  /// Time of segment (a, b) at memory m. REQUIRES: m <= max_slots.
-  double at(int64_t a, int64_t b, int64_t m) const {
-    assert(m <= max_slots_);
-    return row(a, b).at(m);
+  /// The row of segment (a, b); its data is writable (the fill writes it).
+  const CostRow& row(int64_t a, int64_t b) const {
+    return rows_.at(a, b);
   }
   int64_t max_slots() const {
     return max_slots_;
@@ -112,8 +130,8 @@ class SegmentCostTable {
  private:
   const SegmentArray<SegmentInfo>* info_;
   int64_t max_slots_;
-  SegmentArray<size_t> offsets_;
-  std::vector<double> times_;
+  SegmentArray<CostRow> rows_;
+  std::vector<Time> times_;
 };
 
 }  // namespace remat::planner::detail

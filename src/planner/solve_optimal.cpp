@@ -31,11 +31,13 @@
 // Not supported: non-chain graphs, offloading, plans that drop a checkpoint
 // before its backward (the op set has no drop).
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fill_kernels.h"
@@ -49,9 +51,12 @@ namespace {
 
 using detail::CostRow;
 using detail::kInfeasible;
+using detail::min_plus_one;
+using detail::min_plus_two;
 using detail::SegmentArray;
 using detail::SegmentCostTable;
 using detail::SegmentInfo;
+using detail::Time;
 
 // One stage with its sizes in memory units.
 struct UnitStage {
@@ -152,144 +157,219 @@ SegmentArray<SegmentInfo> segment_info(const UnitChain& chain) {
   return info;
 }
 
-// best[m - best_lo] = min(best[...], (constant + first.at(m - shift)) +
-// second.at(m)) for m in [start, top], skipping the m where the option's
-// lower bound cannot win. REQUIRES: start >= shift + first.lo, start >=
-// second.lo; best non-increasing over [start, top].
+// One option of segment `target`: for m in [start, top], target(m) =
+// min(target(m), (constant + first(m - shift)) + second(m)), or
+// constant + first(m - shift) without a second subproblem (second == nullptr).
+// The option is non-increasing in m, so its value at top bounds it from below
+// on [start, top]; it can only win where the best so far is above that bound,
+// which is a prefix of [start, top] (target is non-increasing there too): the
+// kernels stop at the end of that prefix (fill_kernels.h).
+// REQUIRES: start - shift >= first.lo, start >= second->lo.
 void relax(
-    double* best,
-    int64_t best_lo,
+    const CostRow& target,
     int64_t start,
     int64_t top,
-    double constant,
+    Time constant,
     const CostRow& first,
     int64_t shift,
-    const CostRow& second) {
+    const CostRow* second) {
   if (start > top) {
     return;
   }
-  const double bound = (constant + first.at(top - shift)) + second.at(top);
-  // First m whose best time is already <= bound; the option cannot win there
-  // or above (it is non-increasing in m, with minimum `bound` at top).
-  int64_t low = start;
-  int64_t high = top + 1;
-  while (low < high) {
-    const int64_t mid = low + (high - low) / 2;
-    if (best[mid - best_lo] <= bound) {
-      high = mid;
-    } else {
-      low = mid + 1;
-    }
-  }
-  const int64_t end = low - 1;
-  const int64_t first_tail_from = first.hi + shift;
-  const int64_t second_tail_from = second.hi;
-  int64_t m = start;
-  while (m <= end) {
-    const bool first_tail = m >= first_tail_from;
-    const bool second_tail = m >= second_tail_from;
-    int64_t piece_end = end;
-    if (!first_tail) {
-      piece_end = std::min(piece_end, first_tail_from - 1);
-    }
-    if (!second_tail) {
-      piece_end = std::min(piece_end, second_tail_from - 1);
-    }
-    const detail::PieceTimes first_times =
-        first_tail
-            ? detail::PieceTimes{nullptr, first.all_ms}
-            : detail::PieceTimes{first.data + (m - shift - first.lo), 0.0};
-    const detail::PieceTimes second_times =
-        second_tail ? detail::PieceTimes{nullptr, second.all_ms}
-                    : detail::PieceTimes{second.data + (m - second.lo), 0.0};
-    detail::min_plus_piece(
-        best + (m - best_lo),
-        piece_end - m + 1,
+  const Time first_top = constant + first.at(top - shift);
+  const Time bound = second != nullptr ? first_top + second->at(top) : first_top;
+  Time* best = target.at_address(start);
+  const int64_t count = top - start + 1;
+  if (second != nullptr) {
+    min_plus_two(
+        best,
+        count,
+        bound,
         constant,
-        first_times,
-        second_times);
-    m = piece_end + 1;
+        first.at_address(start - shift),
+        second->at_address(start));
+  } else {
+    min_plus_one(best, count, bound, constant, first.at_address(start - shift));
   }
 }
 
-// A row that is 0 at every m (the record option has one subproblem only).
-CostRow zero_row() {
-  constexpr int64_t kFar = std::numeric_limits<int64_t>::min() / 4;
-  return CostRow{nullptr, kFar, kFar, 0.0};
+// Memory from which the record option of segment (a, b) is feasible.
+int64_t record_from(
+    const UnitChain& chain, const SegmentCostTable& table, int64_t a, int64_t b) {
+  return std::max(
+      chain.record_units(a, b),
+      chain.stage(a).saved_units + table.row(a + 1, b).lo);
 }
 
-void fill_table(
+// Memory from which split j of segment (a, b) is feasible, given step_max,
+// the largest chain_step_units(a, k) for k < j.
+int64_t split_from(
     const UnitChain& chain,
-    const SegmentArray<SegmentInfo>& info,
-    SegmentCostTable& table) {
-  // Blocks of kBlock consecutive b, a descending within a block: (a, b) needs
-  // (j, b) for j > a (earlier in the a loop) and (a, b') for b' < b (earlier
-  // block, or earlier in the b loop). The rows (a, j - 1) that every b of a
-  // block reads are then reused from cache (2.5x faster at 200 stages).
-  constexpr int64_t kBlock = 8;
-  const int64_t n = chain.size();
-  for (int64_t block = 0; block < n; block += kBlock) {
-    const int64_t block_end = std::min(n, block + kBlock);
-    for (int64_t a = block_end - 2; a >= 0; --a) {
-      for (int64_t b = std::max(a + 1, block); b < block_end; ++b) {
-        const int64_t count = table.stored_count(a, b);
-        if (count == 0) {
-          continue;
-        }
-        const SegmentInfo& cell = info.at(a, b);
-        const int64_t top = cell.lo + count - 1;
-        double* best = table.mutable_row(a, b);
-        const UnitStage& s = chain.stage(a);
-        const CostRow rest = table.row(a + 1, b);
-        relax(
-            best,
-            cell.lo,
-            std::max(chain.record_units(a, b), s.saved_units + rest.lo),
-            top,
-            s.forward_ms + s.backward_ms,
-            rest,
-            s.saved_units,
-            zero_row());
-        double chain_ms = 0;
-        int64_t step_max = 0;
-        for (int64_t j = a + 1; j <= b; ++j) {
-          chain_ms += chain.stage(j - 1).forward_ms;
-          step_max = std::max(step_max, chain.chain_step_units(a, j - 1));
-          const CostRow later = table.row(j, b);
-          const CostRow earlier = table.row(a, j - 1);
-          const int64_t keep = chain.value_units(j);
-          const int64_t need = std::max(
-              {chain.pending_grad_units(b) + step_max,
-               keep + later.lo,
-               earlier.lo});
-          relax(best, cell.lo, need, top, chain_ms, later, keep, earlier);
-        }
-      }
+    const SegmentCostTable& table,
+    int64_t a,
+    int64_t b,
+    int64_t j,
+    int64_t step_max) {
+  return std::max(
+      {chain.pending_grad_units(b) + step_max,
+       chain.value_units(j) + table.row(j, b).lo,
+       table.row(a, j - 1).lo});
+}
+
+// Splits ahead of the one being applied whose data fill_segment asks the
+// cache for (the rows of a segment's splits are scattered over the table, so
+// the hardware prefetcher cannot guess them).
+constexpr int64_t kPrefetchAhead = 8;
+
+// Asks the cache for what split j of segment (a, b) will read first: each
+// subproblem's time at `top` (relax's bound) and the start of its range.
+void prefetch_split(
+    const UnitChain& chain,
+    const SegmentCostTable& table,
+    int64_t a,
+    int64_t b,
+    int64_t j,
+    int64_t top) {
+  const CostRow& later = table.row(j, b);
+  const CostRow& earlier = table.row(a, j - 1);
+  const int64_t keep = chain.value_units(j);
+  const int64_t from = std::max(keep + later.lo, earlier.lo);
+  if (from > top) {
+    return;
+  }
+  __builtin_prefetch(later.at_address(top - keep));
+  __builtin_prefetch(earlier.at_address(top));
+  __builtin_prefetch(later.at_address(from - keep));
+  __builtin_prefetch(earlier.at_address(from));
+}
+
+void fill_segment(
+    const UnitChain& chain, SegmentCostTable& table, int64_t a, int64_t b) {
+  const CostRow& target = table.row(a, b);
+  const int64_t top = table.computed_top(a, b);
+  if (top < target.lo) {
+    return;
+  }
+  const UnitStage& s = chain.stage(a);
+  relax(
+      target,
+      std::max(record_from(chain, table, a, b), target.lo),
+      top,
+      static_cast<Time>(s.forward_ms + s.backward_ms),
+      table.row(a + 1, b),
+      s.saved_units,
+      nullptr);
+  double chain_ms = 0;
+  int64_t step_max = 0;
+  for (int64_t j = a + 1; j <= b; ++j) {
+    chain_ms += chain.stage(j - 1).forward_ms;
+    step_max = std::max(step_max, chain.chain_step_units(a, j - 1));
+    if (j + kPrefetchAhead <= b) {
+      prefetch_split(chain, table, a, b, j + kPrefetchAhead, top);
+    }
+    relax(
+        target,
+        split_from(chain, table, a, b, j, step_max),
+        top,
+        static_cast<Time>(chain_ms),
+        table.row(j, b),
+        chain.value_units(j),
+        &table.row(a, j - 1));
+  }
+}
+
+// Segments (a, b) are filled in blocks of kBlock consecutive b (block k:
+// b in [k * kBlock, (k + 1) * kBlock)), a descending within a block, all b of
+// the block for one a. (a, b) needs (j, b) for j > a (earlier in the a loop)
+// and (a, b') for b' < b (earlier in this a's b loop, or an earlier block).
+// The rows (a, j - 1) that every b of the block reads are then reused from
+// cache: 16 is fastest at 200 stages on a 1 MiB L2 (2.6x faster than 1).
+constexpr int64_t kBlock = 16;
+
+// Which rows a of each block are done, for threads filling blocks side by
+// side: block k may fill row a < its first b only after block k - 1 has
+// (block k - 1 has then done every earlier block's row a too).
+class BlockProgress {
+ public:
+  explicit BlockProgress(int64_t blocks) : next_row_(blocks) {
+    for (std::atomic<int64_t>& row : next_row_) {
+      row.store(std::numeric_limits<int64_t>::max(), std::memory_order_relaxed);
     }
   }
+  // Block k will fill row a next (rows go down to 0; -1: finished).
+  void set_next_row(int64_t k, int64_t a) {
+    next_row_[k].store(a, std::memory_order_release);
+  }
+  // Waits until block k has filled row a.
+  void wait_for_row(int64_t k, int64_t a) const {
+    while (next_row_[k].load(std::memory_order_acquire) >= a) {
+      std::this_thread::yield();
+    }
+  }
+
+ private:
+  std::vector<std::atomic<int64_t>> next_row_;
+};
+
+void fill_block(
+    const UnitChain& chain,
+    SegmentCostTable& table,
+    int64_t k,
+    BlockProgress& progress) {
+  const int64_t n = chain.size();
+  const int64_t first_b = k * kBlock;
+  const int64_t end_b = std::min(n, first_b + kBlock);
+  for (int64_t a = end_b - 2; a >= 0; --a) {
+    progress.set_next_row(k, a);
+    if (k > 0 && a < first_b) {
+      progress.wait_for_row(k - 1, a);
+    }
+    for (int64_t b = std::max(a + 1, first_b); b < end_b; ++b) {
+      fill_segment(chain, table, a, b);
+    }
+  }
+  progress.set_next_row(k, -1);
 }
 
-// The DP's definition, for tests: every option at every m of [need, top],
-// the same double expressions as relax, no pruning.
-void reference_fill(
-    const UnitChain& chain,
-    const SegmentArray<SegmentInfo>& info,
-    SegmentCostTable& table) {
+// Fills the table with `threads` threads (the caller's included); thread t
+// fills blocks t, t + threads, ... Each cell is computed by the same
+// operations in the same order whatever the thread count, so the table (and
+// the plan) does not depend on it.
+void fill_table(const UnitChain& chain, SegmentCostTable& table, int64_t threads) {
+  const int64_t blocks = (chain.size() + kBlock - 1) / kBlock;
+  threads = std::max<int64_t>(1, std::min(threads, blocks));
+  BlockProgress progress(blocks);
+  const auto work = [&](int64_t t) {
+    for (int64_t k = t; k < blocks; k += threads) {
+      fill_block(chain, table, k, progress);
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (int64_t t = 1; t < threads; ++t) {
+    helpers.emplace_back(work, t);
+  }
+  work(0);
+  for (std::thread& helper : helpers) {
+    helper.join();
+  }
+}
+
+// The DP's definition, for tests: every option at every m of [from, top],
+// the same float expressions as the kernels, no pruning, plain loops.
+void reference_fill(const UnitChain& chain, SegmentCostTable& table) {
   const int64_t n = chain.size();
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t a = b - 1; a >= 0; --a) {
-      const int64_t count = table.stored_count(a, b);
-      const SegmentInfo& cell = info.at(a, b);
-      double* best = table.mutable_row(a, b);
+      const CostRow& target = table.row(a, b);
+      const int64_t top = table.computed_top(a, b);
       const UnitStage& s = chain.stage(a);
       const CostRow& rest = table.row(a + 1, b);
-      const int64_t record_from =
-          std::max(chain.record_units(a, b), s.saved_units + rest.lo);
-      for (int64_t m = std::max(record_from, cell.lo); m < cell.lo + count;
+      const Time record_ms = static_cast<Time>(s.forward_ms + s.backward_ms);
+      for (int64_t m = std::max(record_from(chain, table, a, b), target.lo);
+           m <= top;
            ++m) {
-        const double value =
-            ((s.forward_ms + s.backward_ms) + rest.at(m - s.saved_units)) + 0.0;
-        best[m - cell.lo] = std::min(best[m - cell.lo], value);
+        Time& best = *target.at_address(m);
+        best = std::min(best, record_ms + rest.at(m - s.saved_units));
       }
       double chain_ms = 0;
       int64_t step_max = 0;
@@ -299,13 +379,13 @@ void reference_fill(
         const CostRow& later = table.row(j, b);
         const CostRow& earlier = table.row(a, j - 1);
         const int64_t keep = chain.value_units(j);
-        const int64_t need = std::max(
-            {chain.pending_grad_units(b) + step_max,
-             keep + later.lo,
-             earlier.lo});
-        for (int64_t m = std::max(need, cell.lo); m < cell.lo + count; ++m) {
-          const double value = (chain_ms + later.at(m - keep)) + earlier.at(m);
-          best[m - cell.lo] = std::min(best[m - cell.lo], value);
+        for (int64_t m = split_from(chain, table, a, b, j, step_max); m <= top;
+             ++m) {
+          Time& best = *target.at_address(m);
+          best = std::min(
+              best,
+              (static_cast<Time>(chain_ms) + later.at(m - keep)) +
+                  earlier.at(m));
         }
       }
     }
@@ -328,7 +408,8 @@ void emit_split_chain(int64_t a, int64_t j, Plan& plan) {
   }
 }
 
-// Appends the fastest plan of segment (a, b) at memory m (table argmin).
+// Appends the fastest plan of segment (a, b) at memory m: the first option,
+// in the fill's order, whose time (the fill's float expression) is the least.
 void emit_fastest(
     const UnitChain& chain,
     const SegmentArray<SegmentInfo>& info,
@@ -345,26 +426,24 @@ void emit_fastest(
   }
   assert(a < b);
   const UnitStage& s = chain.stage(a);
-  double best = kInfeasible;
+  Time best = kInfeasible;
   int64_t best_split = -1;  // -1: the record option
-  const CostRow rest = table.row(a + 1, b);
-  if (m >= std::max(chain.record_units(a, b), s.saved_units + rest.lo)) {
-    best = (s.forward_ms + s.backward_ms) + rest.at(m - s.saved_units);
+  if (m >= record_from(chain, table, a, b)) {
+    best = static_cast<Time>(s.forward_ms + s.backward_ms) +
+           table.row(a + 1, b).at(m - s.saved_units);
   }
   double chain_ms = 0;
   int64_t step_max = 0;
   for (int64_t j = a + 1; j <= b; ++j) {
     chain_ms += chain.stage(j - 1).forward_ms;
     step_max = std::max(step_max, chain.chain_step_units(a, j - 1));
-    const CostRow later = table.row(j, b);
-    const CostRow earlier = table.row(a, j - 1);
-    const int64_t keep = chain.value_units(j);
-    const int64_t need = std::max(
-        {chain.pending_grad_units(b) + step_max, keep + later.lo, earlier.lo});
-    if (m < need) {
+    if (m < split_from(chain, table, a, b, j, step_max)) {
       continue;
     }
-    const double value = (chain_ms + later.at(m - keep)) + earlier.at(m);
+    const Time value =
+        (static_cast<Time>(chain_ms) +
+         table.row(j, b).at(m - chain.value_units(j))) +
+        table.row(a, j - 1).at(m);
     if (value < best) {
       best = value;
       best_split = j;
@@ -421,6 +500,14 @@ void emit_min_memory(
   assert(false && "segment lo matches no option");
 }
 
+// Threads for fill_table: options.threads, or one per hardware thread.
+int64_t fill_threads(const SolverOptions& options) {
+  if (options.threads > 0) {
+    return options.threads;
+  }
+  return std::max<int64_t>(1, std::thread::hardware_concurrency());
+}
+
 // Bytes per memory slot: ceil((budget - input) / slots), at least 1.
 int64_t slot_bytes(
     const Chain& chain, int64_t budget_bytes, const SolverOptions& options) {
@@ -458,6 +545,12 @@ std::optional<Plan> solve_optimal(
         "got " +
         std::to_string(options.memory_slots));
   }
+  if (options.threads < 0) {
+    throw std::invalid_argument(
+        "remat::planner::solve_optimal: options.threads: expected >= 0 (0: "
+        "one per hardware thread), got " +
+        std::to_string(options.threads));
+  }
   Plan store_all = solve_store_all(chain);
   if (budget_bytes >= simulate(chain, store_all).peak_bytes) {
     return store_all;
@@ -474,7 +567,7 @@ std::optional<Plan> solve_optimal(
     return solve_min_memory(chain);  // feasible in bytes, not after rounding
   }
   SegmentCostTable table(info, max_slots);
-  fill_table(units, info, table);
+  fill_table(units, table, fill_threads(options));
   Plan plan;
   emit_fastest(units, info, table, 0, last, max_slots, plan);
   assert(simulate(chain, plan).valid);
@@ -488,8 +581,9 @@ std::vector<double> optimal_time_table(
     const Chain& chain,
     int64_t budget_bytes,
     int64_t memory_slots,
-    FillKind kind) {
-  const SolverOptions options{memory_slots};
+    FillKind kind,
+    int64_t threads) {
+  const SolverOptions options{memory_slots, threads};
   if (budget_bytes >= simulate(chain, solve_store_all(chain)).peak_bytes ||
       budget_bytes < min_feasible_budget_bytes(chain)) {
     return {};
@@ -504,15 +598,15 @@ std::vector<double> optimal_time_table(
   }
   SegmentCostTable table(info, max_slots);
   if (kind == FillKind::kFiltered) {
-    fill_table(units, info, table);
+    fill_table(units, table, threads);
   } else {
-    reference_fill(units, info, table);
+    reference_fill(units, table);
   }
   std::vector<double> times;
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t a = 0; a <= b; ++a) {
-      const double* row = table.mutable_row(a, b);
-      times.insert(times.end(), row, row + table.stored_count(a, b));
+      const CostRow& row = table.row(a, b);
+      times.insert(times.end(), row.data, row.data + row.count);
     }
   }
   return times;

@@ -1,7 +1,7 @@
 // solve_optimal's DP fill (pruned by bounds, vectorized in AVX2/baseline
-// clones, src/planner/fill_kernels.cpp) against the plain definition of the
-// DP: on seeded random chains, budgets and slot counts, both fills give
-// bit-identical tables.
+// clones, src/planner/fill_kernels.cpp, filled by 1-3 threads) against the
+// plain definition of the DP: on seeded random chains, budgets and slot
+// counts, both fills give bit-identical tables.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,8 +40,11 @@ TEST(OptimalFill, MatchesReferenceFillOnRandomChains) {
       SCOPED_TRACE(
           "budget " + std::to_string(budget) + " slots " +
           std::to_string(memory_slots));
-      const std::vector<double> filtered =
-          optimal_time_table(chain, budget, memory_slots, FillKind::kFiltered);
+      // Threads 1..3: blocks of 16 stages are filled side by side, so chains
+      // longer than 16 stages exercise the hand-over between threads.
+      const int64_t threads = 1 + k;
+      const std::vector<double> filtered = optimal_time_table(
+          chain, budget, memory_slots, FillKind::kFiltered, threads);
       const std::vector<double> reference =
           optimal_time_table(chain, budget, memory_slots, FillKind::kReference);
       ASSERT_EQ(filtered.size(), reference.size());

@@ -22,6 +22,10 @@ struct SolverOptions {
   /// grow linearly). With slots >= budget_bytes the solve is exact.
   /// Default: 500. REQUIRES: >= 1.
   int64_t memory_slots = 500;
+  /// Threads that fill the DP table (the calling thread is one of them);
+  /// 0: one per hardware thread (std::thread::hardware_concurrency()). The
+  /// plan does not depend on it. Default: 0. REQUIRES: >= 0.
+  int64_t threads = 0;
 };
 
 /// Records every stage, then runs every backward: fastest, most memory.
