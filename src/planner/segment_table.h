@@ -66,6 +66,10 @@ struct CostRow {
   Time* data = nullptr;  ///< times for m in [lo, lo + count)
   int64_t lo = 0;
   int64_t count = 0;  ///< max_slots - lo + 1, or 0 if lo > max_slots
+  /// Time at max_slots (the row's least), once the row is final (see
+  /// SegmentCostTable::finish_row); kept here, next to lo, so that the fill's
+  /// pruning bound needs no access to the row itself.
+  Time last = kInfeasible;
 
   /// Time at memory m: +inf below lo. REQUIRES: m <= max_slots.
   Time at(int64_t m) const {
@@ -108,6 +112,9 @@ class SegmentCostTable {
         for (int64_t m = std::max(s.lo, s.hi); m <= max_slots; ++m) {
           *row.at_address(m) = static_cast<Time>(s.all_ms);
         }
+        if (row.count > 0 && s.hi <= max_slots) {
+          row.last = static_cast<Time>(s.all_ms);
+        }
       }
     }
   }
@@ -118,6 +125,14 @@ class SegmentCostTable {
   /// below lo if it computes none.
   int64_t computed_top(int64_t a, int64_t b) const {
     return std::min(info_->at(a, b).hi - 1, max_slots_);
+  }
+  /// Records the time at max_slots of segment (a, b) once the fill has
+  /// computed its row.
+  void finish_row(int64_t a, int64_t b) {
+    CostRow& row = rows_.at(a, b);
+    if (row.count > 0) {
+      row.last = row.data[row.count - 1];
+    }
   }
   /// The row of segment (a, b); its data is writable (the fill writes it).
   const CostRow& row(int64_t a, int64_t b) const {

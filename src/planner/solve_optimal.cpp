@@ -19,14 +19,18 @@
 //
 // Memory is counted in units: bytes (exact; min_feasible_budget_bytes) or
 // slots of unit_bytes with every size rounded UP, so a plan that fits in slots
-// fits in bytes. The time table only stores m in [lo, hi) per segment (below
-// lo nothing fits, from hi on recording everything fits and is fastest).
-// Speed: the inner loop over m is a contiguous min-plus update
-// (fill_kernels.cpp: AVX2 and baseline clones, bit-identical); an option is
-// applied only to the m where its lower bound (its time at the largest m) can
-// still beat the best time so far, which skips most splits at large m.
-// reference_fill is the DP without either, for the equality test
-// (tests/planner/optimal_fill_test.cpp).
+// fits in bytes. The time table (segment_table.h, float) holds every segment
+// for m in [lo, max_slots]; below lo nothing fits, from hi on recording
+// everything fits and is fastest (stored as a constant tail).
+//
+// Speed (the fill is O(L^3 * slots)): the inner loop over m is a contiguous
+// min-plus update in 8-float vectors (fill_kernels.cpp: AVX2 and baseline
+// clones, bit-identical); an option stops at the first chunk of slots where
+// its lower bound can no longer win; the rows a split will read are
+// prefetched a few splits ahead; segments are filled in blocks of b so that
+// rows are reused from cache; blocks are filled by SolverOptions::threads
+// threads side by side. reference_fill is the DP without any of this, for
+// the equality test (tests/planner/optimal_fill_test.cpp).
 //
 // Not supported: non-chain graphs, offloading, plans that drop a checkpoint
 // before its backward (the op set has no drop).
@@ -160,10 +164,13 @@ SegmentArray<SegmentInfo> segment_info(const UnitChain& chain) {
 // One option of segment `target`: for m in [start, top], target(m) =
 // min(target(m), (constant + first(m - shift)) + second(m)), or
 // constant + first(m - shift) without a second subproblem (second == nullptr).
-// The option is non-increasing in m, so its value at top bounds it from below
-// on [start, top]; it can only win where the best so far is above that bound,
-// which is a prefix of [start, top] (target is non-increasing there too): the
-// kernels stop at the end of that prefix (fill_kernels.h).
+// Both subproblems are non-increasing in m, so their times at max_slots
+// (CostRow::last) bound the option from below on [start, top]; it can only
+// win where the best so far is above that bound, which is a prefix of
+// [start, top] (target is non-increasing there too): the kernels stop at the
+// end of that prefix (fill_kernels.h). The bound is read from the rows'
+// metadata, which the fill reads anyway; reading the subproblems at top
+// would be tighter but costs two cache misses per option.
 // REQUIRES: start - shift >= first.lo, start >= second->lo.
 void relax(
     const CostRow& target,
@@ -176,8 +183,9 @@ void relax(
   if (start > top) {
     return;
   }
-  const Time first_top = constant + first.at(top - shift);
-  const Time bound = second != nullptr ? first_top + second->at(top) : first_top;
+  const Time bound = second != nullptr
+                         ? (constant + first.last) + second->last
+                         : constant + first.last;
   Time* best = target.at_address(start);
   const int64_t count = top - start + 1;
   if (second != nullptr) {
@@ -216,75 +224,110 @@ int64_t split_from(
        table.row(a, j - 1).lo});
 }
 
-// Splits ahead of the one being applied whose data fill_segment asks the
-// cache for (the rows of a segment's splits are scattered over the table, so
-// the hardware prefetcher cannot guess them).
-constexpr int64_t kPrefetchAhead = 8;
+// Segments (a, b) are filled in blocks of kBlock consecutive b (block k:
+// b in [k * kBlock, (k + 1) * kBlock)), a descending; for one a, every
+// segment (a, b) of the block at once, split by split:
+//   record option of every (a, b);
+//   for j = a + 1, ...: split j of every (a, b) with b >= j.
+// Split j reads (j, b), done in an earlier a, and (a, j - 1), which has had
+// all its options once splits up to j - 1 are applied. The point of this
+// order: split j of all the block's b reads the same row (a, j - 1) at the
+// same m, so it comes from L1 after the first b, and the block's target rows
+// (kBlock x 2 KiB at 500 slots) stay in L1; only the rows (j, b) stream.
+// 16 halves the cache misses of 1 (cachegrind, 200 stages).
+constexpr int64_t kBlock = 16;
 
-// Asks the cache for what split j of segment (a, b) will read first: each
-// subproblem's time at `top` (relax's bound) and the start of its range.
+// Cache lines of a split's streamed row (j, b) asked for ahead of the
+// kernel, one segment ahead (the hardware prefetcher only catches a stream
+// after a few misses; most streams are only ~15 lines long).
+constexpr int64_t kPrefetchLines = 8;
+constexpr int64_t kFloatsPerLine = 64 / sizeof(Time);
+
+// Asks the cache for the first lines split j of segment (a, b) will stream.
 void prefetch_split(
     const UnitChain& chain,
     const SegmentCostTable& table,
     int64_t a,
     int64_t b,
-    int64_t j,
-    int64_t top) {
+    int64_t j) {
   const CostRow& later = table.row(j, b);
-  const CostRow& earlier = table.row(a, j - 1);
   const int64_t keep = chain.value_units(j);
-  const int64_t from = std::max(keep + later.lo, earlier.lo);
+  const int64_t from = std::max(keep + later.lo, table.row(a, j - 1).lo);
+  const int64_t top = table.computed_top(a, b);
   if (from > top) {
     return;
   }
-  __builtin_prefetch(later.at_address(top - keep));
-  __builtin_prefetch(earlier.at_address(top));
-  __builtin_prefetch(later.at_address(from - keep));
-  __builtin_prefetch(earlier.at_address(from));
+  const Time* start = later.at_address(from - keep);
+  const int64_t lines =
+      std::min<int64_t>(kPrefetchLines, (top - from) / kFloatsPerLine + 1);
+  for (int64_t line = 0; line < lines; ++line) {
+    __builtin_prefetch(start + line * kFloatsPerLine);
+  }
 }
 
-void fill_segment(
-    const UnitChain& chain, SegmentCostTable& table, int64_t a, int64_t b) {
-  const CostRow& target = table.row(a, b);
-  const int64_t top = table.computed_top(a, b);
-  if (top < target.lo) {
-    return;
-  }
+// The record option of segment (a, b).
+void relax_record(
+    const UnitChain& chain, const SegmentCostTable& table, int64_t a, int64_t b) {
   const UnitStage& s = chain.stage(a);
   relax(
-      target,
-      std::max(record_from(chain, table, a, b), target.lo),
-      top,
+      table.row(a, b),
+      std::max(record_from(chain, table, a, b), table.row(a, b).lo),
+      table.computed_top(a, b),
       static_cast<Time>(s.forward_ms + s.backward_ms),
       table.row(a + 1, b),
       s.saved_units,
       nullptr);
-  double chain_ms = 0;
-  int64_t step_max = 0;
-  for (int64_t j = a + 1; j <= b; ++j) {
-    chain_ms += chain.stage(j - 1).forward_ms;
-    step_max = std::max(step_max, chain.chain_step_units(a, j - 1));
-    if (j + kPrefetchAhead <= b) {
-      prefetch_split(chain, table, a, b, j + kPrefetchAhead, top);
-    }
-    relax(
-        target,
-        split_from(chain, table, a, b, j, step_max),
-        top,
-        static_cast<Time>(chain_ms),
-        table.row(j, b),
-        chain.value_units(j),
-        &table.row(a, j - 1));
-  }
 }
 
-// Segments (a, b) are filled in blocks of kBlock consecutive b (block k:
-// b in [k * kBlock, (k + 1) * kBlock)), a descending within a block, all b of
-// the block for one a. (a, b) needs (j, b) for j > a (earlier in the a loop)
-// and (a, b') for b' < b (earlier in this a's b loop, or an earlier block).
-// The rows (a, j - 1) that every b of the block reads are then reused from
-// cache: 16 is fastest at 200 stages on a 1 MiB L2 (2.6x faster than 1).
-constexpr int64_t kBlock = 16;
+// Split j of segment (a, b); chain_ms and step_max as in split_from.
+void relax_split(
+    const UnitChain& chain,
+    const SegmentCostTable& table,
+    int64_t a,
+    int64_t b,
+    int64_t j,
+    double chain_ms,
+    int64_t step_max) {
+  relax(
+      table.row(a, b),
+      split_from(chain, table, a, b, j, step_max),
+      table.computed_top(a, b),
+      static_cast<Time>(chain_ms),
+      table.row(j, b),
+      chain.value_units(j),
+      &table.row(a, j - 1));
+}
+
+// Fills the segments (a, b) with first_b <= b < end_b for one a, in the
+// order described at kBlock. REQUIRES: rows a + 1, ... of these b and rows
+// (a, b') for b' < first_b are done.
+void fill_row_of_block(
+    const UnitChain& chain,
+    SegmentCostTable& table,
+    int64_t a,
+    int64_t first_b,
+    int64_t end_b) {
+  const int64_t low_b = std::max(a + 1, first_b);
+  for (int64_t b = low_b; b < end_b; ++b) {
+    relax_record(chain, table, a, b);
+  }
+  double chain_ms = 0;
+  int64_t step_max = 0;
+  for (int64_t j = a + 1; j < end_b; ++j) {
+    chain_ms += chain.stage(j - 1).forward_ms;
+    step_max = std::max(step_max, chain.chain_step_units(a, j - 1));
+    if (j - 1 >= low_b) {
+      table.finish_row(a, j - 1);  // it has had all its options
+    }
+    for (int64_t b = std::max(j, low_b); b < end_b; ++b) {
+      if (b + 1 < end_b) {
+        prefetch_split(chain, table, a, b + 1, j);
+      }
+      relax_split(chain, table, a, b, j, chain_ms, step_max);
+    }
+  }
+  table.finish_row(a, end_b - 1);
+}
 
 // Which rows a of each block are done, for threads filling blocks side by
 // side: block k may fill row a < its first b only after block k - 1 has
@@ -324,9 +367,7 @@ void fill_block(
     if (k > 0 && a < first_b) {
       progress.wait_for_row(k - 1, a);
     }
-    for (int64_t b = std::max(a + 1, first_b); b < end_b; ++b) {
-      fill_segment(chain, table, a, b);
-    }
+    fill_row_of_block(chain, table, a, first_b, end_b);
   }
   progress.set_next_row(k, -1);
 }
