@@ -38,8 +38,35 @@ inline Time option_value(Time constant_ms, Time first, Time second) {
   }
 }
 
+// best[i] = min(best[i], option(i)) for i in [k, k + kChunk), in vectors.
+template <bool kTwo>
+inline void min_plus_chunk(
+    Time* best,
+    int64_t k,
+    Lanes constant_lanes,
+    const Time* first,
+    const Time* second) {
+  for (int64_t i = k; i < k + kChunk; i += kLanes) {
+    // The same expression as option_value, on kLanes slots at once.
+    Lanes value;
+    Lanes old;
+    std::memcpy(&value, first + i, sizeof value);
+    value = constant_lanes + value;
+    if constexpr (kTwo) {
+      Lanes more;
+      std::memcpy(&more, second + i, sizeof more);
+      value = value + more;
+    }
+    std::memcpy(&old, best + i, sizeof old);
+    const Lanes out = value < old ? value : old;
+    std::memcpy(best + i, &out, sizeof out);
+  }
+}
+
 // best[k] = min(best[k], option(k)) over [0, count), kChunk slots at a time,
-// stopping before a chunk whose first best is <= bound.
+// stopping before a chunk whose first best is <= bound. The last partial
+// chunk is done as the full chunk ending at count: min is idempotent, so
+// slots it updates twice end the same.
 template <bool kTwo>
 inline void bounded_min_plus(
     Time* best,
@@ -48,34 +75,28 @@ inline void bounded_min_plus(
     Time constant_ms,
     const Time* first,
     const Time* second) {
-  const Lanes constant_lanes = Lanes{} + constant_ms;
+  Lanes constant_lanes;
+  for (int64_t i = 0; i < kLanes; ++i) {
+    constant_lanes[i] = constant_ms;
+  }
   int64_t k = 0;
   for (; k + kChunk <= count; k += kChunk) {
     if (!(best[k] > bound)) {
       return;
     }
-    for (int64_t i = k; i < k + kChunk; i += kLanes) {
-      // The same expression as option_value, on kLanes slots at once.
-      Lanes value;
-      Lanes old;
-      std::memcpy(&value, first + i, sizeof value);
-      value = constant_lanes + value;
-      if constexpr (kTwo) {
-        Lanes more;
-        std::memcpy(&more, second + i, sizeof more);
-        value = value + more;
-      }
-      std::memcpy(&old, best + i, sizeof old);
-      const Lanes out = value < old ? value : old;
-      std::memcpy(best + i, &out, sizeof out);
-    }
+    min_plus_chunk<kTwo>(best, k, constant_lanes, first, second);
   }
-  if (k < count && best[k] > bound) {
-    for (; k < count; ++k) {
-      const Time value = option_value<kTwo>(
-          constant_ms, first[k], kTwo ? second[k] : Time{});
-      best[k] = value < best[k] ? value : best[k];
-    }
+  if (k == count || !(best[k] > bound)) {
+    return;
+  }
+  if (count >= kChunk) {
+    min_plus_chunk<kTwo>(best, count - kChunk, constant_lanes, first, second);
+    return;
+  }
+  for (; k < count; ++k) {
+    const Time value =
+        option_value<kTwo>(constant_ms, first[k], kTwo ? second[k] : Time{});
+    best[k] = value < best[k] ? value : best[k];
   }
 }
 

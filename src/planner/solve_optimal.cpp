@@ -133,29 +133,49 @@ class UnitChain {
 SegmentArray<SegmentInfo> segment_info(const UnitChain& chain) {
   const int64_t n = chain.size();
   SegmentArray<SegmentInfo> info(n);
+  // The inner loop reads lo of (j, b) (contiguous in `info`, b fixed) and of
+  // (a, j - 1) (scattered there): the latter also goes into lo_by_start,
+  // row a contiguous in b. Plain arrays of the per-stage terms keep the loop
+  // free of calls.
+  std::vector<int64_t> lo_by_start(static_cast<size_t>(n * n));
+  std::vector<int64_t> value(n + 1);   // |x_v|
+  std::vector<int64_t> step_out(n);    // |x_{k+1}| + forward_tmp of stage k
+  for (int64_t v = 0; v <= n; ++v) {
+    value[v] = chain.value_units(v);
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    step_out[k] = value[k + 1] + chain.stage(k).forward_tmp_units;
+  }
   for (int64_t b = 0; b < n; ++b) {
+    const int64_t pending = chain.pending_grad_units(b);
     for (int64_t a = b; a >= 0; --a) {
       const UnitStage& s = chain.stage(a);
       SegmentInfo& cell = info.at(a, b);
       const int64_t own = chain.record_units(a, b);
       if (a == b) {
         cell = SegmentInfo{own, own, s.forward_ms + s.backward_ms};
+        lo_by_start[a * n + b] = own;
         continue;
       }
       const SegmentInfo& rest = info.at(a + 1, b);
       cell.hi = std::max(own, s.saved_units + rest.hi);
       cell.all_ms = (s.forward_ms + s.backward_ms) + rest.all_ms;
       int64_t lo = std::max(own, s.saved_units + rest.lo);
-      int64_t step_max = 0;
+      // Split j: chain forwards a .. j - 1 (chain_step_units), then (j, b)
+      // with x_j kept, then (a, j - 1).
+      const int64_t* earlier_lo = &lo_by_start[a * n];
+      int64_t step_max = step_out[a];  // k = a: the input is held outside
       for (int64_t j = a + 1; j <= b; ++j) {
-        step_max = std::max(step_max, chain.chain_step_units(a, j - 1));
+        if (j - 1 > a) {
+          step_max = std::max(step_max, value[j - 1] + step_out[j - 1]);
+        }
         const int64_t need = std::max(
-            {chain.pending_grad_units(b) + step_max,
-             chain.value_units(j) + info.at(j, b).lo,
-             info.at(a, j - 1).lo});
+            std::max(pending + step_max, value[j] + info.at(j, b).lo),
+            earlier_lo[j - 1]);
         lo = std::min(lo, need);
       }
       cell.lo = lo;
+      lo_by_start[a * n + b] = lo;
     }
   }
   return info;
@@ -596,8 +616,17 @@ std::optional<Plan> solve_optimal(
   if (budget_bytes >= simulate(chain, store_all).peak_bytes) {
     return store_all;
   }
-  if (budget_bytes < min_feasible_budget_bytes(chain)) {
-    return std::nullopt;
+  // The exact (byte) feasibility test is an O(L^3) pass of its own; the
+  // slot pass below answers "feasible" in almost every call, so it runs
+  // only when that pass says no (or there is no memory to divide).
+  const auto fastest_that_fits_bytes = [&]() -> std::optional<Plan> {
+    if (budget_bytes < min_feasible_budget_bytes(chain)) {
+      return std::nullopt;
+    }
+    return solve_min_memory(chain);
+  };
+  if (budget_bytes <= chain.input_bytes()) {
+    return fastest_that_fits_bytes();
   }
   const int64_t unit_bytes = slot_bytes(chain, budget_bytes, options);
   const int64_t max_slots = (budget_bytes - chain.input_bytes()) / unit_bytes;
@@ -605,7 +634,8 @@ std::optional<Plan> solve_optimal(
   const int64_t last = chain.size() - 1;
   const SegmentArray<SegmentInfo> info = segment_info(units);
   if (info.at(0, last).lo > max_slots) {
-    return solve_min_memory(chain);  // feasible in bytes, not after rounding
+    // Sizes rounded up to slots do not fit; exactly, in bytes, they may.
+    return fastest_that_fits_bytes();
   }
   SegmentCostTable table(info, max_slots);
   fill_table(units, table, fill_threads(options));
