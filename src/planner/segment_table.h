@@ -20,6 +20,7 @@
 #include <cassert>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 namespace remat::planner::detail {
@@ -100,17 +101,19 @@ class SegmentCostTable {
         total += static_cast<size_t>(lo <= max_slots ? max_slots - lo + 1 : 0);
       }
     }
-    times_.assign(total, kInfeasible);
+    // Written once, row by row (no separate zero/fill pass over the table).
+    times_.reset(new Time[total]);
     size_t k = 0;
     for (int64_t b = 0; b < info.stages(); ++b) {
       for (int64_t a = 0; a <= b; ++a, ++k) {
         const SegmentInfo& s = info.at(a, b);
         CostRow& row = rows_.at(a, b);
-        row.data = times_.data() + offsets[k];
+        row.data = times_.get() + offsets[k];
         row.lo = s.lo;
         row.count = s.lo <= max_slots ? max_slots - s.lo + 1 : 0;
-        for (int64_t m = std::max(s.lo, s.hi); m <= max_slots; ++m) {
-          *row.at_address(m) = static_cast<Time>(s.all_ms);
+        for (int64_t m = s.lo; m <= max_slots; ++m) {
+          *row.at_address(m) =
+              m < s.hi ? kInfeasible : static_cast<Time>(s.all_ms);
         }
         if (row.count > 0 && s.hi <= max_slots) {
           row.last = static_cast<Time>(s.all_ms);
@@ -146,7 +149,7 @@ class SegmentCostTable {
   const SegmentArray<SegmentInfo>* info_;
   int64_t max_slots_;
   SegmentArray<CostRow> rows_;
-  std::vector<Time> times_;
+  std::unique_ptr<Time[]> times_;
 };
 
 }  // namespace remat::planner::detail
