@@ -219,9 +219,13 @@ class PlanBackward : public torch::autograd::Node {
 }  // namespace
 
 planner::Chain unit_chain(int64_t stages) {
+  planner::StageCost unit;
+  unit.forward_ms = 1;
+  unit.backward_ms = 1;
+  unit.output_bytes = 1;
+  unit.saved_bytes = 1;
   return planner::Chain(
-      std::vector<planner::StageCost>(
-          static_cast<size_t>(stages), planner::StageCost{1, 1, 1, 1, 0, 0}),
+      std::vector<planner::StageCost>(static_cast<size_t>(stages), unit),
       /*input_bytes=*/1);
 }
 

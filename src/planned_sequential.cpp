@@ -10,7 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <ostream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
@@ -228,9 +231,98 @@ std::string format_bytes(int64_t bytes) {
   return out.str();
 }
 
+std::string format_ms(double ms) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(3) << ms;
+  return out.str();
+}
+
+/// A plain-text table whose columns are as wide as their widest cell:
+/// numbers right-aligned, text left-aligned, two spaces between columns.
+class TextTable {
+ public:
+  enum class Align { kLeft, kRight };
+  struct Column {
+    std::string header;
+    Align align;
+  };
+  explicit TextTable(std::vector<Column> columns)
+      : columns_(std::move(columns)) {}
+  void add_row(std::vector<std::string> cells) {
+    TORCH_INTERNAL_ASSERT(cells.size() == columns_.size());
+    rows_.push_back(std::move(cells));
+  }
+  void print(std::ostream& out) const {
+    std::vector<size_t> widths;
+    for (const Column& column : columns_) {
+      widths.push_back(column.header.size());
+    }
+    for (const auto& row : rows_) {
+      for (size_t c = 0; c < row.size(); ++c) {
+        widths[c] = std::max(widths[c], row[c].size());
+      }
+    }
+    std::vector<std::string> header;
+    for (const Column& column : columns_) {
+      header.push_back(column.header);
+    }
+    print_row(out, header, widths);
+    for (const auto& row : rows_) {
+      print_row(out, row, widths);
+    }
+  }
+
+ private:
+  void print_row(
+      std::ostream& out,
+      const std::vector<std::string>& cells,
+      const std::vector<size_t>& widths) const {
+    std::string line;
+    for (size_t c = 0; c < cells.size(); ++c) {
+      const std::string padding(widths[c] - cells[c].size(), ' ');
+      if (c > 0) {
+        line += "  ";
+      }
+      line += columns_[c].align == Align::kRight ? padding + cells[c]
+                                                 : cells[c] + padding;
+    }
+    while (!line.empty() && line.back() == ' ') {
+      line.pop_back();  // no trailing blanks after a left-aligned last column
+    }
+    out << line << '\n';
+  }
+
+  std::vector<Column> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+/// The predicted peak inside `op` (NOTE: [The memory model] in
+/// src/planner/simulate.cpp), given the live bytes before it.
+int64_t op_peak_bytes(
+    const planner::Chain& chain, int64_t live_before, const planner::Op& op) {
+  const planner::StageCost& cost = chain.stage(op.stage);
+  switch (op.kind) {
+    case planner::OpKind::kBackward: {
+      int64_t peak =
+          live_before + chain.value_bytes(op.stage) + cost.backward_tmp_bytes;
+      if (op.stage == chain.size() - 1) {
+        peak += chain.value_bytes(chain.size());  // g_L
+      }
+      return peak;
+    }
+    case planner::OpKind::kForwardRecord:
+      return live_before + cost.saved_bytes + cost.record_transient();
+    case planner::OpKind::kForwardNoSave:
+    case planner::OpKind::kForwardCheckpoint:
+      return live_before + cost.output_bytes + cost.forward_tmp_bytes;
+  }
+  return live_before;
+}
+
 }  // namespace
 
 std::string explain(const planner::Chain& chain, const planner::Plan& plan) {
+  using Align = TextTable::Align;
   std::ostringstream out;
   const int64_t stages = chain.size();
   const planner::Simulation simulation = planner::simulate(chain, plan);
@@ -253,7 +345,15 @@ std::string explain(const planner::Chain& chain, const planner::Plan& plan) {
     checkpoints[op.stage] += op.kind == planner::OpKind::kForwardCheckpoint;
     records[op.stage] += op.kind == planner::OpKind::kForwardRecord;
   }
-  out << "stage  fwd_ms   bwd_ms   output      saved       forwards  keeps\n";
+  TextTable stage_table({
+      {"stage", Align::kRight},
+      {"fwd ms", Align::kRight},
+      {"bwd ms", Align::kRight},
+      {"output", Align::kRight},
+      {"saved", Align::kRight},
+      {"forwards", Align::kRight},
+      {"keeps", Align::kLeft},
+  });
   for (int64_t i = 0; i < stages; ++i) {
     const planner::StageCost& cost = chain.stage(i);
     std::string keeps;
@@ -266,44 +366,49 @@ std::string explain(const planner::Chain& chain, const planner::Plan& plan) {
     } else if (keeps.empty()) {
       keeps = "recomputed from an earlier checkpoint";
     }
-    out << std::left << std::setw(7) << i << std::setw(9) << std::fixed
-        << std::setprecision(3) << cost.forward_ms << std::setw(9)
-        << cost.backward_ms << std::setw(12) << format_bytes(cost.output_bytes)
-        << std::setw(12) << format_bytes(cost.saved_bytes) << std::setw(10)
-        << forwards[i] << keeps << "\n";
+    stage_table.add_row(
+        {std::to_string(i),
+         format_ms(cost.forward_ms),
+         format_ms(cost.backward_ms),
+         format_bytes(cost.output_bytes),
+         format_bytes(cost.saved_bytes),
+         std::to_string(forwards[i]),
+         keeps});
   }
+  stage_table.print(out);
 
   // Per op: predicted live bytes after it and the peak inside it.
-  out << "\nop     kind               live_after  peak_in_op\n";
+  TextTable op_table({
+      {"#", Align::kRight},
+      {"op", Align::kLeft},
+      {"kind", Align::kLeft},
+      {"live after", Align::kRight},
+      {"peak in op", Align::kRight},
+  });
   planner::Replay replay(chain);
   for (size_t k = 0; k < plan.ops.size(); ++k) {
     const planner::Op& op = plan.ops[k];
-    const planner::StageCost& cost = chain.stage(op.stage);
-    int64_t op_peak = replay.current_bytes();
-    if (op.kind == planner::OpKind::kBackward) {
-      op_peak += chain.value_bytes(op.stage) + cost.backward_tmp_bytes;
-      if (op.stage == stages - 1) {
-        op_peak += chain.value_bytes(stages);
-      }
-    } else {
-      op_peak +=
-          cost.forward_tmp_bytes + (op.kind == planner::OpKind::kForwardRecord
-                                        ? cost.saved_bytes
-                                        : cost.output_bytes);
-    }
-    replay.apply(op);
-    out << std::left << std::setw(7) << k << std::setw(19)
-        << (std::string(1, planner::op_kind_letter(op.kind)) +
-            std::to_string(op.stage) + " " + planner::op_kind_name(op.kind))
-        << std::setw(12) << format_bytes(replay.current_bytes())
-        << format_bytes(op_peak) << "\n";
+    const int64_t op_peak = op_peak_bytes(chain, replay.current_bytes(), op);
+    const std::string error = replay.apply(op);
+    TORCH_INTERNAL_ASSERT(error.empty(), "valid plan rejected: ", error);
+    op_table.add_row(
+        {std::to_string(k),
+         std::string(1, planner::op_kind_letter(op.kind)) +
+             std::to_string(op.stage),
+         planner::op_kind_name(op.kind),
+         format_bytes(replay.current_bytes()),
+         format_bytes(op_peak)});
   }
+  out << "\n";
+  op_table.print(out);
+
   int64_t total_forwards = 0;
   for (int64_t count : forwards) {
     total_forwards += count;
   }
   out << "\npredicted peak " << format_bytes(simulation.peak_bytes) << " ("
-      << simulation.peak_bytes << " bytes, " << std::setprecision(2)
+      << simulation.peak_bytes << " bytes, " << std::fixed
+      << std::setprecision(2)
       << 100.0 * static_cast<double>(simulation.peak_bytes) /
              static_cast<double>(store_all.peak_bytes)
       << "% of store-all " << format_bytes(store_all.peak_bytes)

@@ -3,14 +3,19 @@
 // For each child i, on x_i (the sample run through children 0..i-1 under
 // no-grad), `warmup + repeats` rounds of:
 //   1. a forward under no-grad (timed): output_bytes is the output's size,
-//      its transient peak above output_bytes a forward_tmp_bytes candidate;
+//      forward_tmp_bytes its transient peak above output_bytes (what
+//      kForwardNoSave and kForwardCheckpoint cost);
 //   2. a recorded forward on a leaf aliasing x_i (grad on): saved_bytes is
 //      the live bytes after it minus before it (output referenced, input
-//      already live), its transient peak above saved_bytes the other
-//      forward_tmp_bytes candidate;
+//      already live), record_tmp_bytes its transient peak above saved_bytes
+//      (what kForwardRecord costs). The two transients differ when recording
+//      changes what a forward allocates: a dropout's no-grad forward frees
+//      its mask before returning, a recorded one keeps it in saved_bytes;
 //   3. a backward of that record with a gradient of the output's size
 //      (timed): backward_tmp_bytes is its peak above |g_i|, the gradient of
 //      x_i, whose size the model takes as x_i's.
+// Byte fields are the maximum over the rounds (they are exact and normally
+// equal in every round); times are medians of the timed rounds.
 // exactly as the executor runs them (NOTE: [Plan execution] in
 // plan_executor.cpp), so that simulate() predicts the executor's peak. The
 // leaf of stage 0 requires grad only if the sample does, as in the executor.
@@ -137,11 +142,11 @@ planner::Chain profile_chain(
     const bool leaf_requires_grad =
         input.is_floating_point() && (i > 0 || sample.requires_grad());
     planner::StageCost cost;
+    int64_t record_tmp_bytes = 0;
     std::vector<double> forward_times;
     std::vector<double> backward_times;
     for (int64_t round = 0; round < rounds; ++round) {
       const bool timed = round >= options.warmup();
-      int64_t forward_tmp_bytes = 0;
       {  // 1. forward with nothing recorded
         synchronize(device);
         meter.reset();
@@ -156,8 +161,9 @@ planner::Chain profile_chain(
           forward_times.push_back(elapsed_ms(start));
         }
         cost.output_bytes = static_cast<int64_t>(output.nbytes());
-        forward_tmp_bytes = std::max<int64_t>(
-            forward_tmp_bytes, meter.peak_delta_bytes() - cost.output_bytes);
+        cost.forward_tmp_bytes = std::max<int64_t>(
+            cost.forward_tmp_bytes,
+            meter.peak_delta_bytes() - cost.output_bytes);
       }
       {  // 2. recorded forward, 3. its backward
         torch::Tensor leaf = input.detach();
@@ -168,10 +174,11 @@ planner::Chain profile_chain(
           c10::AutoGradMode grad_mode(true);
           output = stage.forward(leaf);
         }
-        cost.saved_bytes = meter.current_bytes() - meter.baseline_bytes();
-        forward_tmp_bytes = std::max<int64_t>(
-            forward_tmp_bytes, meter.peak_delta_bytes() - cost.saved_bytes);
-        cost.forward_tmp_bytes = std::max<int64_t>(0, forward_tmp_bytes);
+        const int64_t saved_bytes =
+            meter.current_bytes() - meter.baseline_bytes();
+        cost.saved_bytes = std::max(cost.saved_bytes, saved_bytes);
+        record_tmp_bytes = std::max<int64_t>(
+            record_tmp_bytes, meter.peak_delta_bytes() - saved_bytes);
 
         torch::Tensor grad_output = torch::ones_like(output);
         synchronize(device);
@@ -184,10 +191,12 @@ planner::Chain profile_chain(
         if (timed) {
           backward_times.push_back(elapsed_ms(start));
         }
-        cost.backward_tmp_bytes =
-            std::max<int64_t>(0, meter.peak_delta_bytes() - input_value_bytes);
+        cost.backward_tmp_bytes = std::max<int64_t>(
+            cost.backward_tmp_bytes,
+            meter.peak_delta_bytes() - input_value_bytes);
       }
     }
+    cost.record_tmp_bytes = record_tmp_bytes;
     cost.forward_ms = median(forward_times);
     cost.backward_ms = median(backward_times);
     stages.push_back(cost);

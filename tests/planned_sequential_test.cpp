@@ -15,6 +15,7 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -60,9 +61,6 @@ struct Case {
   std::vector<std::shared_ptr<int64_t>> counts;
   torch::Tensor probe;  // loss = (output * probe).sum()
   std::vector<torch::Tensor> initial_buffers;
-  /// How far below simulate()'s prediction the measured peak may be. 10%,
-  /// except where the cost model knowingly over-predicts (see mlp_case).
-  double over_prediction_tolerance = 0.10;
 };
 
 Case make_case(
@@ -94,16 +92,7 @@ Case mlp_case() {
       remat::models::MlpChainOptions({64, 128, 96, 160, 64, 128, 96, 64, 32})
           .dropout(0.2));
   auto input = torch::randn({64, 64}).requires_grad_(true);
-  Case result = make_case("mlp_dropout", model, input);
-  // The cost model has one forward_tmp_bytes for every forward kind. Dropout
-  // makes a no-grad forward's transient (relu output + mask + output, 2x the
-  // output above it) larger than a recorded forward's (the same tensors are
-  // saved), so recorded forwards are over-predicted by up to 2x a stage
-  // output: measured 0.874x predicted at the minimum budget (issue to the
-  // planner: a separate transient per forward kind would make this exact).
-  // Never under-predicted, so budgets hold.
-  result.over_prediction_tolerance = 0.15;
-  return result;
+  return make_case("mlp_dropout", model, input);
 }
 
 Case resnet_case() {
@@ -315,10 +304,12 @@ void check_every_plan(Case c) {
     const int64_t measured = result.activation_peak_bytes + chain.input_bytes();
     const double ratio = static_cast<double>(measured) /
                          static_cast<double>(simulation.peak_bytes);
-    EXPECT_LE(ratio, 1.10) << "measured " << measured << " predicted "
-                           << simulation.peak_bytes;
-    EXPECT_GE(ratio, 1.0 - c.over_prediction_tolerance)
+    // Never above the prediction (so a plan within its budget is within it
+    // when run), and within 10% below it.
+    EXPECT_LE(measured, simulation.peak_bytes)
         << "measured " << measured << " predicted " << simulation.peak_bytes;
+    EXPECT_GE(ratio, 0.90) << "measured " << measured << " predicted "
+                           << simulation.peak_bytes;
     if (std::abs(ratio - 1.0) > std::abs(worst_ratio - 1.0)) {
       worst_ratio = ratio;
       worst_plan = named.name;
@@ -496,6 +487,15 @@ TEST(AutoCheckpoint, ReplansForAnotherInputShapeWhenAskedTo) {
   EXPECT_EQ(net->options.input_shape(), std::vector<int64_t>({16, 64}));
 }
 
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream stream(text);
+  for (std::string line; std::getline(stream, line);) {
+    lines.push_back(line);
+  }
+  return lines;
+}
+
 TEST(Explain, ShowsStagesOpsAndThePredictedPeak) {
   const Chain chain(
       {remat::planner::StageCost{1, 2, 100, 150},
@@ -510,11 +510,74 @@ TEST(Explain, ShowsStagesOpsAndThePredictedPeak) {
       text.find(std::to_string(simulation.peak_bytes) + " bytes"),
       std::string::npos)
       << text;
-  EXPECT_NE(text.find("C0 forward_checkpoint"), std::string::npos) << text;
+  EXPECT_NE(text.find("C0  forward_checkpoint"), std::string::npos) << text;
   EXPECT_NE(
       remat::explain(chain, remat::planner::plan_from_string("B0"))
           .find("invalid plan"),
       std::string::npos);
+}
+
+TEST(Explain, AlignsItsColumnsForLongChains) {
+  // 12 stages: two-digit stages and op indices, MiB sizes, a plan with
+  // checkpoints and recomputations.
+  std::vector<remat::planner::StageCost> stages;
+  for (int i = 0; i < 12; ++i) {
+    remat::planner::StageCost cost;
+    cost.forward_ms = 1.5 + i * 100;
+    cost.backward_ms = 3;
+    cost.output_bytes = (int64_t{1} << 20) * (1 + i % 3);
+    cost.saved_bytes = 3 * cost.output_bytes;
+    cost.forward_tmp_bytes = i % 2 == 0 ? cost.output_bytes : 0;
+    stages.push_back(cost);
+  }
+  const Chain chain(stages, 1 << 20);
+  const auto solved = remat::planner::solve_optimal(
+      chain, remat::planner::min_feasible_budget_bytes(chain));
+  ASSERT_TRUE(solved.has_value());
+  const Plan& plan = *solved;
+  const std::string plan_text = plan.to_string();
+  ASSERT_NE(plan_text.find('C'), std::string::npos) << plan_text;
+  ASSERT_NE(plan_text.find("R10"), std::string::npos) << plan_text;
+  const std::string text = remat::explain(chain, plan);
+  const std::vector<std::string> lines = lines_of(text);
+
+  // Stage table: the first line is its header; the "keeps" column starts at
+  // the same offset in every row, after two blanks.
+  ASSERT_GE(lines.size(), 13u) << text;
+  const size_t keeps = lines[0].find("keeps");
+  ASSERT_NE(keeps, std::string::npos) << text;
+  for (size_t row = 1; row <= 12; ++row) {
+    ASSERT_GT(lines[row].size(), keeps) << lines[row];
+    EXPECT_EQ(lines[row].substr(keeps - 2, 2), "  ") << text;
+    EXPECT_NE(lines[row][keeps], ' ') << text;
+  }
+
+  // Op table: right-aligned last column, so every row is as long as the
+  // header; op label and kind in their own columns.
+  size_t header = 0;
+  while (header < lines.size() &&
+         (lines[header].find("kind") == std::string::npos ||
+          lines[header].find("peak in op") == std::string::npos)) {
+    ++header;
+  }
+  ASSERT_LT(header, lines.size()) << text;
+  const size_t kind = lines[header].find("kind");
+  ASSERT_NE(kind, std::string::npos);
+  for (size_t k = 0; k < plan.ops.size(); ++k) {
+    const std::string& row = lines[header + 1 + k];
+    EXPECT_EQ(row.size(), lines[header].size()) << text;
+    EXPECT_EQ(row.substr(kind - 2, 2), "  ") << text;
+    const remat::planner::Op& op = plan.ops[k];
+    EXPECT_EQ(
+        row.substr(
+            kind, std::string(remat::planner::op_kind_name(op.kind)).size()),
+        remat::planner::op_kind_name(op.kind))
+        << row;
+    const std::string label =
+        std::string(1, remat::planner::op_kind_letter(op.kind)) +
+        std::to_string(op.stage) + " ";
+    EXPECT_NE(row.find(" " + label), std::string::npos) << row;
+  }
 }
 
 }  // namespace

@@ -32,6 +32,18 @@ TEST(ProfileChain, MeasuresBytesInTheSenseOfTheMemoryModel) {
   EXPECT_EQ(chain.stage(2).output_bytes, hidden);
   EXPECT_EQ(chain.stage(2).saved_bytes, 2 * hidden);  // mask + output
   EXPECT_EQ(chain.stage(3).output_bytes, 8 * 16 * kFloatBytes);
+  // Transients per forward kind. Dropout under no-grad allocates its mask,
+  // multiplies into the output and frees the mask: one hidden-sized
+  // transient. Recorded, the mask is saved (in saved_bytes): no transient.
+  EXPECT_EQ(chain.stage(2).forward_tmp_bytes, hidden);
+  ASSERT_TRUE(chain.stage(2).record_tmp_bytes.has_value());
+  EXPECT_EQ(*chain.stage(2).record_tmp_bytes, 0);
+  // Linear and ReLU allocate only their output either way.
+  for (int64_t i : {0, 1, 3}) {
+    EXPECT_EQ(chain.stage(i).forward_tmp_bytes, 0) << i;
+    ASSERT_TRUE(chain.stage(i).record_tmp_bytes.has_value()) << i;
+    EXPECT_EQ(*chain.stage(i).record_tmp_bytes, 0) << i;
+  }
   for (int64_t i = 0; i < chain.size(); ++i) {
     EXPECT_GE(chain.stage(i).forward_ms, 0) << i;
     EXPECT_GE(chain.stage(i).backward_ms, 0) << i;

@@ -8,7 +8,14 @@
 //   output_bytes        bytes of the stage output x_{i+1} (= of its gradient)
 //   saved_bytes         live bytes after a recorded forward minus before it:
 //                       CONTAINS x_{i+1}, EXCLUDES the input x_i
-//   forward_tmp_bytes   transient peak of a forward above before + produced
+//   forward_tmp_bytes   transient peak of a no-grad forward (kForwardNoSave,
+//                       kForwardCheckpoint) above before + output_bytes
+//   record_tmp_bytes    transient peak of a recorded forward (kForwardRecord)
+//                       above before + saved_bytes; always set. It differs
+//                       from forward_tmp_bytes when recording changes what
+//                       the forward allocates (dropout: the no-grad forward
+//                       frees its mask inside the op, the recorded one keeps
+//                       it in saved_bytes)
 //   backward_tmp_bytes  transient peak of a backward above before + |g_i|
 // Times are the median of `repeats` runs after `warmup` runs.
 //

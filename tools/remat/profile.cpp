@@ -18,7 +18,8 @@ CLI::App* add_profile_command(CLI::App& app, ProfileCommandOptions& options) {
   CLI::App* command = app.add_subcommand(
       "profile",
       "Profile a built-in model (per stage: times, output, saved and "
-      "transient bytes) and write its chain JSON");
+      "transient bytes of a no-grad forward, a recorded forward and a "
+      "backward) and write its chain JSON");
   add_model_flags(*command, options.model);
   command
       ->add_option(
@@ -59,16 +60,17 @@ void run_profile(const ProfileCommandOptions& options, const CommandIo& io) {
        << format_bytes(chain.input_bytes()) << '\n';
   text << std::left << std::setw(7) << "stage" << std::right << std::setw(12)
        << "forward ms" << std::setw(13) << "backward ms" << std::setw(12)
-       << "output" << std::setw(12) << "saved" << std::setw(12) << "fwd tmp"
-       << std::setw(12) << "bwd tmp" << '\n';
+       << "output" << std::setw(12) << "saved" << std::setw(13) << "no-grad tmp"
+       << std::setw(13) << "record tmp" << std::setw(12) << "bwd tmp" << '\n';
   text << std::fixed << std::setprecision(3);
   for (int64_t index = 0; index < chain.size(); ++index) {
     const planner::StageCost& stage = chain.stage(index);
     text << std::left << std::setw(7) << index << std::right << std::setw(12)
          << stage.forward_ms << std::setw(13) << stage.backward_ms
          << std::setw(12) << format_bytes(stage.output_bytes) << std::setw(12)
-         << format_bytes(stage.saved_bytes) << std::setw(12)
-         << format_bytes(stage.forward_tmp_bytes) << std::setw(12)
+         << format_bytes(stage.saved_bytes) << std::setw(13)
+         << format_bytes(stage.forward_tmp_bytes) << std::setw(13)
+         << format_bytes(stage.record_transient()) << std::setw(12)
          << format_bytes(stage.backward_tmp_bytes) << '\n';
   }
   io.out << text.str();
