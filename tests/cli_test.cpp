@@ -559,7 +559,7 @@ TEST(RematBinary, TrainOnTinyModelsReportsJsonWithinBudget) {
 
   result = run_remat(
       "train " + kTinyGpt +
-      " --steps 4 --baseline-steps 2 --strategy uniform:2 --mode reentrant");
+      " --steps 4 --baseline-steps 2 --strategy uniform:2");
   ASSERT_EQ(result.exit_code, 0) << describe(result);
   EXPECT_NE(result.out.find("summary"), std::string::npos) << result.out;
   EXPECT_EQ(result.out.find('\r'), std::string::npos)
@@ -569,6 +569,52 @@ TEST(RematBinary, TrainOnTinyModelsReportsJsonWithinBudget) {
       "train " + kTinyMlp + " --steps 2 --no-baseline --strategy none");
   ASSERT_EQ(result.exit_code, 0) << describe(result);
   EXPECT_NE(result.out.find("no baseline"), std::string::npos) << result.out;
+}
+
+TEST(RematBinary, ReentrantUniformRefusesInputsThatCannotRequireGrad) {
+  // The GPT's input is int64 token ids: a reentrant checkpoint would pass no
+  // gradient into the checkpointed segments, so the tool refuses (exit 2).
+  for (const std::string& command :
+       {"train " + kTinyGpt +
+            " --steps 2 --strategy uniform:2 --mode reentrant",
+        "bench " + kTinyGpt +
+            " --strategies uniform:2 --mode reentrant --warmup 0 --repeats 1 "
+            "--out '" +
+            (scratch() / "bench_reentrant").string() + "'"}) {
+    const ProcessResult result = run_remat(command);
+    EXPECT_EQ(result.exit_code, 2) << command << "\n" << describe(result);
+    EXPECT_NE(result.err.find("--mode reentrant"), std::string::npos)
+        << result.err;
+    EXPECT_NE(result.err.find("cannot require grad"), std::string::npos)
+        << result.err;
+    EXPECT_NE(result.err.find("--mode nonreentrant"), std::string::npos)
+        << result.err;
+  }
+  // One segment checkpoints nothing, so there is nothing to refuse.
+  const ProcessResult one_segment = run_remat(
+      "train " + kTinyGpt +
+      " --steps 2 --baseline-steps 2 --strategy uniform:1 --mode reentrant "
+      "--json");
+  ASSERT_EQ(one_segment.exit_code, 0) << describe(one_segment);
+  EXPECT_EQ(
+      nlohmann::json::parse(one_segment.out)["baseline"]["max_loss_difference"]
+          .get<double>(),
+      0.0);
+}
+
+TEST(RematBinary, ReentrantUniformTrainsEverySegmentOfAFloatInputModel) {
+  // The MLP's input is float but does not require grad; the executor makes
+  // it require grad, so every segment gets its gradients and the losses of
+  // later steps (after optimizer updates) equal the no-checkpoint copy's.
+  const ProcessResult result = run_remat(
+      "train " + kTinyMlp +
+      " --steps 3 --baseline-steps 3 --strategy uniform:3 --mode reentrant "
+      "--json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const auto report = nlohmann::json::parse(result.out);
+  EXPECT_EQ(report["baseline"]["max_loss_difference"].get<double>(), 0.0)
+      << "reentrant checkpointed losses differ from the no-checkpoint run: "
+         "some segment got no gradients";
 }
 
 TEST(RematBinary, BadInputExitsOneWithAClearMessage) {

@@ -14,7 +14,8 @@ namespace remat::cli {
 namespace {
 
 constexpr const char* kFooter =
-    "Exit codes: 0 ok, 1 usage or input error, 2 infeasible budget.\n"
+    "Exit codes: 0 ok, 1 usage or input error, 2 infeasible budget or a "
+    "strategy that cannot train the model.\n"
     "Run `remat COMMAND --help` for the flags of a command; docs/cli.md has "
     "example sessions.";
 
@@ -89,6 +90,9 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
     }
     return kExitOk;
   } catch (const InfeasibleBudgetError& error) {
+    io.err << name << ": error: " << error.what() << '\n';
+    return kExitInfeasible;
+  } catch (const UnsupportedStrategyError& error) {
     io.err << name << ": error: " << error.what() << '\n';
     return kExitInfeasible;
   } catch (const UsageError& error) {

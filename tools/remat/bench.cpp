@@ -209,6 +209,10 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   Workload workload(options.model, options.seed);
   torch::nn::Sequential model = workload.model();
   const Batch batch = workload.next_batch();
+  for (const StrategySpec& strategy : strategies) {
+    check_trainable(
+        strategy, mode, static_cast<int64_t>(model->size()), batch.inputs);
+  }
   const uint64_t seed = options.seed * 1000003ULL + 1;
   const planner::Chain chain = profile_chain(model, batch.inputs);
   const MeasuredReference measured =

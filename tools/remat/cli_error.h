@@ -5,7 +5,9 @@
 // stderr and returns the exit code:
 //   0  success
 //   1  usage or input error (bad flag value, missing or malformed file)
-//   2  infeasible budget (the message states the minimum feasible budget)
+//   2  the request cannot be carried out as given: an infeasible budget (the
+//      message states the minimum feasible budget), or a strategy that would
+//      not train the model (UnsupportedStrategyError)
 // Any other exception escaping a command is reported with exit code 1 too
 // (a LibTorch c10::Error from a bad model size, for example).
 #pragma once
@@ -42,6 +44,14 @@ class InfeasibleBudgetError : public std::runtime_error {
 
  private:
   int64_t min_feasible_bytes_;
+};
+
+/// The strategy and mode asked for would not train the model correctly (for
+/// example reentrant checkpointing of a model whose input cannot require
+/// grad). The message names the flags, the reason and what to use instead.
+class UnsupportedStrategyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 }  // namespace remat::cli

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <sstream>
 #include <stdexcept>
+
+#include "cli_error.h"
 
 namespace remat::cli {
 namespace {
@@ -45,6 +48,45 @@ Mode parse_mode(const std::string& text) {
       "expected reentrant or nonreentrant; got '" + text + "'");
 }
 
+namespace {
+
+/// Segments checkpoint_sequential runs for `strategy` on `stages` stages.
+int64_t uniform_segments(const StrategySpec& strategy, int64_t stages) {
+  return std::min<int64_t>(strategy.segments, stages);
+}
+
+bool reentrant_needs_input_grad(
+    const StrategySpec& strategy, Mode mode, int64_t stages) {
+  return strategy.kind == StrategySpec::Kind::kUniform &&
+         mode == Mode::kReentrant && uniform_segments(strategy, stages) >= 2;
+}
+
+}  // namespace
+
+void check_trainable(
+    const StrategySpec& strategy,
+    Mode mode,
+    int64_t stages,
+    const torch::Tensor& sample) {
+  if (!reentrant_needs_input_grad(strategy, mode, stages) ||
+      sample.requires_grad() || sample.is_floating_point() ||
+      sample.is_complex()) {
+    return;
+  }
+  const int64_t checkpointed = uniform_segments(strategy, stages) - 1;
+  std::ostringstream message;
+  message << "--strategy " << strategy.to_string()
+          << " --mode reentrant cannot train this model: its input ("
+          << c10::toString(sample.scalar_type()) << " " << sample.sizes()
+          << ", e.g. token ids) is not floating point, so it cannot require "
+             "grad, and a reentrant checkpoint passes gradients only through "
+             "inputs that require grad: the parameters of the "
+          << checkpointed << " checkpointed segment"
+          << (checkpointed == 1 ? "" : "s")
+          << " would get no gradients; use --mode nonreentrant (the default)";
+  throw UnsupportedStrategyError(message.str());
+}
+
 torch::nn::Sequential clone_sequential(const torch::nn::Sequential& model) {
   auto copy =
       std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
@@ -72,10 +114,23 @@ torch::Tensor Executor::forward(const torch::Tensor& input) {
     return planned_->forward(input);
   }
   if (strategy_.kind == StrategySpec::Kind::kUniform) {
-    const int64_t segments = std::min<int64_t>(
-        strategy_.segments, static_cast<int64_t>(model_->size()));
+    const auto stages = static_cast<int64_t>(model_->size());
+    torch::Tensor x = input;
+    if (reentrant_needs_input_grad(strategy_, mode_, stages) &&
+        !input.requires_grad()) {
+      TORCH_CHECK(
+          input.is_floating_point() || input.is_complex(),
+          "remat: reentrant checkpoint_sequential needs an input that can "
+          "require grad, got ",
+          input.scalar_type(),
+          " (check_trainable should have refused this)");
+      x = input.detach().requires_grad_(true);
+    }
     return checkpoint_sequential(
-        model_, segments, input, CheckpointOptions().mode(mode_));
+        model_,
+        uniform_segments(strategy_, stages),
+        x,
+        CheckpointOptions().mode(mode_));
   }
   return model_->forward(input);
 }
@@ -87,9 +142,12 @@ std::string Executor::description() const {
   if (strategy_.kind == StrategySpec::Kind::kUniform) {
     const int64_t segments = std::min<int64_t>(
         strategy_.segments, static_cast<int64_t>(model_->size()));
+    const bool input_grad = reentrant_needs_input_grad(
+        strategy_, mode_, static_cast<int64_t>(model_->size()));
     return "remat::checkpoint_sequential (" + std::to_string(segments) +
            " segments, " +
-           (mode_ == Mode::kReentrant ? "reentrant" : "nonreentrant") + ")";
+           (mode_ == Mode::kReentrant ? "reentrant" : "nonreentrant") +
+           (input_grad ? "; the input is made to require grad" : "") + ")";
   }
   return "plain torch::nn::Sequential";
 }

@@ -2,7 +2,13 @@
 //
 // An Executor runs a model's forward the way a PlanChoice says:
 //   none        the plain Sequential
-//   uniform:K   remat::checkpoint_sequential(model, K, x) in --mode
+//   uniform:K   remat::checkpoint_sequential(model, K, x) in --mode; in
+//               reentrant mode with K >= 2 an input that does not require
+//               grad is replaced by a detached copy that does (a reentrant
+//               checkpoint passes gradients only through such inputs; the
+//               input gradient it then computes is counted in the peak).
+//               Inputs that cannot require grad are refused beforehand
+//               (check_trainable).
 //   optimal, chen, sqrt
 //               remat::PlannedSequential(model, plan) (its own executor;
 //               --mode does not apply)
@@ -33,6 +39,24 @@ namespace remat::cli {
 /// Parses --mode: "reentrant" or "nonreentrant". Throws
 /// std::invalid_argument naming the value otherwise.
 Mode parse_mode(const std::string& text);
+
+/// Refuses, before any work, a strategy that would not train every stage of
+/// a `stages`-stage model fed inputs like `sample`: uniform:K with K >= 2
+/// (checkpoint_sequential checkpoints the first K - 1 segments) in
+/// Mode::kReentrant when the input is not floating point (int64 token ids).
+/// A reentrant checkpoint passes gradients only through inputs that require
+/// grad, so the parameters of every checkpointed segment would get none.
+/// (A floating-point input is made to require grad by the Executor instead.)
+/// Throws UnsupportedStrategyError naming the flags, the input and the fix.
+///
+/// Example:
+///   check_trainable(parse_strategy("uniform:2"), Mode::kReentrant, 6,
+///                   batch.inputs);  // throws for a GPT's token ids
+void check_trainable(
+    const StrategySpec& strategy,
+    Mode mode,
+    int64_t stages,
+    const torch::Tensor& sample);
 
 /// A deep copy of `model` (parameters, buffers), for a baseline run.
 torch::nn::Sequential clone_sequential(const torch::nn::Sequential& model);

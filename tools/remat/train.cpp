@@ -123,6 +123,8 @@ void run_train(const TrainOptions& options, const CommandIo& io) {
     io.out << "model     " << workload.description() << '\n';
   }
   const Batch probe = workload.next_batch();
+  check_trainable(
+      strategy, mode, static_cast<int64_t>(model->size()), probe.inputs);
   const planner::Chain chain = profile_chain(model, probe.inputs);
   const MeasuredReference reference = measure_reference(
       chain, model, workload, probe, step_seed(options.seed, -1));
