@@ -16,11 +16,17 @@
 // relative) can only matter between plans whose times are that close.
 #pragma once
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
 #include <limits>
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <vector>
 
 namespace remat::planner::detail {
@@ -102,7 +108,7 @@ class SegmentCostTable {
       }
     }
     // Written once, row by row (no separate zero/fill pass over the table).
-    times_.reset(new Time[total]);
+    times_ = allocate_times(total);
     size_t k = 0;
     for (int64_t b = 0; b < info.stages(); ++b) {
       for (int64_t a = 0; a <= b; ++a, ++k) {
@@ -149,7 +155,36 @@ class SegmentCostTable {
   const SegmentArray<SegmentInfo>* info_;
   int64_t max_slots_;
   SegmentArray<CostRow> rows_;
-  std::unique_ptr<Time[]> times_;
+  struct FreeTimes {
+    void operator()(Time* p) const {
+      std::free(p);
+    }
+  };
+  using TimesPtr = std::unique_ptr<Time[], FreeTimes>;
+
+  // Storage for `count` times, on 2 MiB pages where Linux can (the fill
+  // streams rows from all over the table; with 4 KiB pages nearly every row
+  // it starts costs a TLB miss).
+  static TimesPtr allocate_times(size_t count) {
+    constexpr size_t kHugePage = size_t{2} << 20;
+    const size_t bytes = std::max<size_t>(count * sizeof(Time), 1);
+    if (bytes >= kHugePage) {
+      const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+      if (void* p = std::aligned_alloc(kHugePage, rounded)) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+        madvise(p, rounded, MADV_HUGEPAGE);  // a hint; failure is harmless
+#endif
+        return TimesPtr(static_cast<Time*>(p));
+      }
+    }
+    void* p = std::malloc(bytes);
+    if (p == nullptr) {
+      throw std::bad_alloc();
+    }
+    return TimesPtr(static_cast<Time*>(p));
+  }
+
+  TimesPtr times_;
 };
 
 }  // namespace remat::planner::detail
