@@ -12,15 +12,15 @@
 // Protocol: torch::set_num_threads(2), fp32; every configuration of a table
 // is run interleaved (A B C A B C ...) for `--warmup` untimed and `--steps`
 // timed steps; medians and spreads (max - min) are reported; the baseline is
-// re-run at the end. Activation peak = MemoryMeter peak during forward +
-// backward minus the live bytes before forward (parameter gradients
-// preallocated) plus the input bytes, i.e. in simulate()'s units. Every
+// re-run at the end. The loss is sum(output * w) with fixed random weights w
+// (a real gradient of the output's size, as with any real loss). Activation
+// peak = MemoryMeter peak during forward + loss + backward minus the live
+// bytes before forward (parameter gradients preallocated) plus the input
+// bytes, i.e. in simulate()'s units. Every
 // configuration's gradients are compared bitwise with the baseline's (the
 // models have no dropout; a mismatch aborts the run with an error).
 //
-// Flags: --experiment E1|E2|all (default all)  --warmup N (3)  --steps N (10)
-//        --quick (smaller models, 1 warm-up, 3 steps)  --write PATH (replace
-//        the "## E1" / "## E2" sections of PATH, e.g. docs/benchmarks.md).
+// Flags: see kUsage (plan_bench --help).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -52,6 +52,9 @@ struct Flags {
   int warmup = 3;
   int steps = 10;
   bool quick = false;
+  int64_t e1_batch = 0;      // 0: the default (1024; --quick 64)
+  int64_t resnet_batch = 0;  // 0: the default (16; --quick 4)
+  int64_t mlp_batch = 0;     // 0: the default (256; --quick 64)
   std::string write_path;
   std::string command;
 };
@@ -63,6 +66,10 @@ struct Config {
   std::vector<double> step_ms, forward_ms, backward_ms;
   int64_t peak_bytes = -1;  // activation peak + input bytes
   int64_t stage_forwards = -1;
+  /// simulate() of the plan this configuration runs (the schedule of
+  /// checkpoint_sequential(k) is solve_uniform(chain, k)).
+  int64_t predicted_peak_bytes = -1;
+  double predicted_ms = -1;
 };
 
 double median(std::vector<double> values) {
@@ -99,6 +106,7 @@ class Table {
     for (auto& parameter : model_->parameters()) {
       parameter.mutable_grad() = torch::zeros_like(parameter);
     }
+    loss_weights_ = torch::randn_like(model_->forward(input_));
   }
 
   /// One step; returns the gradients; fills times and (if asked) the peak.
@@ -111,8 +119,11 @@ class Table {
     }
     remat::MemoryMeter meter;
     const auto start = std::chrono::steady_clock::now();
-    // The output is not held past the loss: backward frees it as planned.
-    auto loss = config.forward(input_).sum();
+    // loss = sum(output * weights): a linear loss whose gradient g_L is a
+    // real tensor of the output's size, as with any real loss (a plain
+    // sum's gradient is an expanded scalar, which the cost model, counting
+    // g_L, would over-predict). The output is not held past the loss.
+    auto loss = (config.forward(input_) * loss_weights_).sum();
     const double forward_ms = since_ms(start);
     const auto backward_start = std::chrono::steady_clock::now();
     loss.backward();
@@ -183,6 +194,7 @@ class Table {
  private:
   torch::nn::Sequential model_;
   torch::Tensor input_;
+  torch::Tensor loss_weights_;  // fixed per table: the loss's weights
 };
 
 /// A counting forward through a plan: forwards are counted from the plan.
@@ -211,10 +223,13 @@ std::string fixed(double value, int digits) {
 std::string run_e1(const Flags& flags) {
   std::ostringstream md;
   const int64_t width = 512;
-  const int64_t batch = flags.quick ? 64 : 256;
+  const int64_t batch =
+      flags.e1_batch > 0 ? flags.e1_batch : (flags.quick ? 64 : 1024);
   md << "Model: n blocks of Linear(" << width << "->" << width
      << ")+ReLU, batch " << batch
-     << " (protocol: 1024; scaled down to fit the 2-core machine's time), "
+     << (batch == 1024 ? " (the protocol's)"
+                       : " (protocol: 1024; scaled down for time)")
+     << ", "
         "fp32. Budgets from the minimum feasible to store-all; plans from "
         "`solve_optimal` (500 slots) on the chain `profile_chain` measured. "
         "`fwd` = executed stage forwards (n = none recomputed); rule = 1 + "
@@ -309,6 +324,11 @@ std::string run_e2_model(
         [model, k](const torch::Tensor& x) mutable {
           return remat::checkpoint_sequential(model, k, x);
         }));
+    const planner::Plan uniform = planner::solve_uniform(chain, k);
+    const auto simulation = planner::simulate(chain, uniform);
+    configs.back().stage_forwards = plan_forwards(uniform);
+    configs.back().predicted_peak_bytes = simulation.peak_bytes;
+    configs.back().predicted_ms = simulation.time_ms;
   }
   // Budgets: fractions of the no-checkpoint peak measured now.
   Config probe = configs[0];
@@ -334,7 +354,10 @@ std::string run_e2_model(
       configs.push_back(make_config(
           "optimal@" + std::to_string(percent) + "%",
           [net](const torch::Tensor& x) mutable { return net->forward(x); }));
+      const auto simulation = planner::simulate(chain, *plan);
       configs.back().stage_forwards = plan_forwards(*plan);
+      configs.back().predicted_peak_bytes = simulation.peak_bytes;
+      configs.back().predicted_ms = simulation.time_ms;
     }
     optimal_config.push_back(config_of_plan[key]);
   }
@@ -394,12 +417,34 @@ std::string run_e2_model(
                                              : "NO")
        << " |\n";
   }
-  md << "\nEvery checkpoint_sequential(k): ";
-  for (int64_t k = 1; k <= stages; ++k) {
-    md << "k=" << k << " " << mib(configs[k].peak_bytes) << " MiB "
-       << fixed(median(configs[k].step_ms), 1) << " ms"
-       << (k < stages ? "; " : ".\n\n");
+  const auto store_all =
+      planner::simulate(chain, planner::solve_store_all(chain));
+  md << "\nEvery configuration (predicted = simulate() on the profiled chain; "
+        "time ratios against the no-checkpoint run, predicted against the "
+        "store-all plan):\n\n"
+     << "| configuration | fwd | predicted peak MiB | measured peak MiB | "
+        "predicted time ratio | step ms (fwd/bwd) | spread ms | time ratio |\n"
+     << "|---|---|---|---|---|---|---|---|\n";
+  for (const Config& config : configs) {
+    md << "| " << config.name << " | "
+       << (config.stage_forwards < 0 ? std::to_string(stages)
+                                     : std::to_string(config.stage_forwards))
+       << " | "
+       << (config.predicted_peak_bytes < 0 ? mib(store_all.peak_bytes)
+                                           : mib(config.predicted_peak_bytes))
+       << " | " << mib(config.peak_bytes) << " | "
+       << fixed(
+              (config.predicted_ms < 0 ? store_all.time_ms
+                                       : config.predicted_ms) /
+                  store_all.time_ms,
+              3)
+       << " | " << fixed(median(config.step_ms), 1) << " ("
+       << fixed(median(config.forward_ms), 1) << "/"
+       << fixed(median(config.backward_ms), 1) << ") | "
+       << fixed(spread(config.step_ms), 1) << " | "
+       << fixed(median(config.step_ms) / baseline_ms, 3) << " |\n";
   }
+  md << "\n";
   std::cout << md.str() << std::flush;
   return md.str();
 }
@@ -414,7 +459,8 @@ std::string run_e2(const Flags& flags) {
   std::vector<double> ratios;
   {
     torch::manual_seed(11);
-    const int64_t batch = flags.quick ? 4 : 16;
+    const int64_t batch =
+        flags.resnet_batch > 0 ? flags.resnet_batch : (flags.quick ? 4 : 16);
     auto model = remat::models::resnet_chain(
         remat::models::ResNetChainOptions().stage_channels({16, 32, 64, 128}));
     auto input = torch::randn({batch, 3, 32, 32});
@@ -429,7 +475,8 @@ std::string run_e2(const Flags& flags) {
   }
   {
     torch::manual_seed(12);
-    const int64_t batch = flags.quick ? 64 : 256;
+    const int64_t batch =
+        flags.mlp_batch > 0 ? flags.mlp_batch : (flags.quick ? 64 : 256);
     const int64_t stages = 16;
     auto model = remat::models::mlp_chain(remat::models::MlpChainOptions(
         remat::models::varying_mlp_widths(stages)));
@@ -512,37 +559,84 @@ void write_section(
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: plan_bench [--experiment E1|E2|all] [--warmup N] [--steps N]\n"
+    "                  [--quick] [--e1-batch N] [--resnet-batch N]\n"
+    "                  [--mlp-batch N] [--write docs/benchmarks.md]\n"
+    "\n"
+    "Experiments E1 and E2 of bench-protocol.md (see the top of\n"
+    "bench/plan_bench.cpp). 2 threads, fp32, configurations interleaved.\n"
+    "  --experiment   E1, E2 or all (default all)\n"
+    "  --warmup N     untimed steps per configuration (default 3)\n"
+    "  --steps N      timed steps per configuration, medians reported\n"
+    "                 (default 10)\n"
+    "  --quick        small batches, 1 warm-up, 3 steps (a smoke run)\n"
+    "  --e1-batch N   E1 batch (default 1024, the protocol's)\n"
+    "  --resnet-batch N, --mlp-batch N\n"
+    "                 E2 batches (default 16 and 256)\n"
+    "  --write PATH   replace the \"## E1\" / \"## E2\" sections of PATH\n";
+
 int main(int argc, char** argv) {
   remat::install_tracking_allocator();
   torch::set_num_threads(2);
   Flags flags;
-  flags.command = "build-plan/bench/plan_bench";
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
+  flags.command = "build/bench/plan_bench";
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
     flags.command += " " + arg;
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::cerr << "plan_bench: " << arg << " needs a value\n";
+      if (i + 1 >= args.size()) {
+        std::cerr << "plan_bench: " << arg << " needs a value\n" << kUsage;
         std::exit(2);
       }
-      flags.command += std::string(" ") + argv[i + 1];
-      return argv[++i];
+      flags.command += " " + args[i + 1];
+      return args[++i];
+    };
+    auto number = [&]() -> int {
+      const std::string text = value();
+      try {
+        size_t used = 0;
+        const int parsed = std::stoi(text, &used);
+        if (used == text.size() && parsed >= 0) {
+          return parsed;
+        }
+      } catch (const std::exception&) {
+      }
+      std::cerr << "plan_bench: " << arg
+                << " expects a non-negative integer, got '" << text << "'\n";
+      std::exit(2);
     };
     if (arg == "--experiment") {
       flags.experiment = value();
+      if (flags.experiment != "E1" && flags.experiment != "E2" &&
+          flags.experiment != "all") {
+        std::cerr << "plan_bench: --experiment expects E1, E2 or all, got '"
+                  << flags.experiment << "'\n";
+        return 2;
+      }
     } else if (arg == "--warmup") {
-      flags.warmup = std::stoi(value());
+      flags.warmup = number();
     } else if (arg == "--steps") {
-      flags.steps = std::stoi(value());
+      flags.steps = std::max(1, number());
     } else if (arg == "--quick") {
       flags.quick = true;
       flags.warmup = 1;
       flags.steps = 3;
+    } else if (arg == "--e1-batch") {
+      flags.e1_batch = std::max(1, number());
+    } else if (arg == "--resnet-batch") {
+      flags.resnet_batch = std::max(1, number());
+    } else if (arg == "--mlp-batch") {
+      flags.mlp_batch = std::max(1, number());
     } else if (arg == "--write") {
       flags.write_path = value();
     } else {
-      std::cerr << "usage: plan_bench [--experiment E1|E2|all] [--warmup N] "
-                   "[--steps N] [--quick] [--write docs/benchmarks.md]\n";
+      std::cerr << "plan_bench: unknown argument '" << arg << "'\n" << kUsage;
       return 2;
     }
   }

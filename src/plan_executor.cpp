@@ -14,11 +14,15 @@
 //    (requiring grad unless x_i is a non-float or an input that does not), so
 //    the stage's graph is kept apart from the caller's; R_i = (leaf, output),
 //    and x_{i+1} is an alias of that output.
-//  - kBackward runs torch::autograd::backward(output_i, g_{i+1}); g_i is read
-//    from the leaf's .grad; then R_i and g_{i+1} are released. Parameters
-//    accumulate their gradients there, so the outer backward must be a plain
-//    backward (torch::autograd::grad is refused, as in the reentrant
-//    checkpoint).
+//  - kBackward runs the stage's backward from output_i with g_{i+1}
+//    (run_stage_backward); g_i is read from the leaf's .grad. The executor
+//    hands x_{i+1} and g_{i+1} over to autograd instead of holding them for
+//    the whole stage backward, so each is freed as soon as the node that
+//    uses it has run, as in a plain backward (the model's R_i and g_{i+1} are
+//    gone by the end of the op either way; profile_chain measures
+//    backward_tmp_bytes the same way). Parameters accumulate their gradients
+//    there, so the outer backward must be a plain backward
+//    (torch::autograd::grad is refused, as in the reentrant checkpoint).
 // The incoming gradient g_L is taken out of the engine's input list, so it is
 // freed after the backward of stage L-1 exactly as the model says (a
 // torch::autograd::Function would keep a copy for the whole backward).
@@ -130,9 +134,11 @@ class PlanExecution {
   void run_backward(int64_t i) {
     StageRecord record = std::move(records_[i]);
     records_[i] = StageRecord{};
+    // x_{i+1} is an alias of the record's output: let autograd free it.
+    values_[i + 1] = torch::Tensor();
     torch::Tensor grad_output = std::move(grad_);
     if (grad_output.defined() && record.output.requires_grad()) {
-      torch::autograd::backward({record.output}, {grad_output});
+      run_stage_backward(std::move(record.output), std::move(grad_output));
     }
     if (record.input.requires_grad()) {
       grad_ = record.input.grad();
@@ -179,6 +185,27 @@ class PlanExecution {
   torch::Tensor grad_;  // the gradient in flight
 };
 
+/// The root of a stage backward: it owns the incoming gradient and hands it
+/// to the engine without keeping a reference (see run_stage_backward).
+class GradientRoot : public torch::autograd::Node {
+ public:
+  GradientRoot(torch::Tensor grad, torch::autograd::Edge next)
+      : torch::autograd::Node(torch::autograd::edge_list{std::move(next)}),
+        grad_(std::move(grad)) {}
+
+  torch::autograd::variable_list apply(
+      torch::autograd::variable_list&& /*trigger*/) override {
+    return {std::move(grad_)};
+  }
+
+  std::string name() const override {
+    return "remat::GradientRoot";
+  }
+
+ private:
+  torch::Tensor grad_;
+};
+
 /// The grad_fn of a planned forward's output: runs the backward phase.
 class PlanBackward : public torch::autograd::Node {
  public:
@@ -217,6 +244,26 @@ class PlanBackward : public torch::autograd::Node {
 };
 
 }  // namespace
+
+void run_stage_backward(torch::Tensor output, torch::Tensor grad_output) {
+  TORCH_INTERNAL_ASSERT(output.requires_grad() && grad_output.defined());
+  torch::autograd::Edge edge = torch::autograd::impl::gradient_edge(output);
+  output = torch::Tensor();
+  // torch::autograd::backward(outputs, grads) would keep `grads` (and the
+  // caller `outputs`) alive until the whole graph has run. Instead the
+  // gradient travels in a root node that gives it away when it runs; the
+  // engine starts that root with a zero-byte trigger tensor.
+  const torch::Tensor trigger = at::empty({0}, grad_output.options());
+  auto root =
+      std::make_shared<GradientRoot>(std::move(grad_output), std::move(edge));
+  root->add_input_metadata(trigger);
+  torch::autograd::Engine::get_default_engine().execute(
+      {torch::autograd::Edge(root, 0)},
+      {trigger},
+      /*keep_graph=*/false,
+      /*create_graph=*/false,
+      /*accumulate_grad=*/true);
+}
 
 planner::Chain unit_chain(int64_t stages) {
   planner::StageCost unit;

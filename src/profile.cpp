@@ -12,8 +12,10 @@
 //      changes what a forward allocates: a dropout's no-grad forward frees
 //      its mask before returning, a recorded one keeps it in saved_bytes;
 //   3. a backward of that record with a gradient of the output's size
-//      (timed): backward_tmp_bytes is its peak above |g_i|, the gradient of
-//      x_i, whose size the model takes as x_i's.
+//      (timed), run by detail::run_stage_backward as the executor runs it
+//      (output and gradient freed as soon as autograd is done with them):
+//      backward_tmp_bytes is its peak above before + |g_i| (the gradient of
+//      x_i, whose size the model takes as x_i's), clamped at 0.
 // Byte fields are the maximum over the rounds (they are exact and normally
 // equal in every round); times are medians of the timed rounds.
 // exactly as the executor runs them (NOTE: [Plan execution] in
@@ -35,6 +37,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/modules/container/any.h>
 
+#include "plan_executor.h"
 #include "remat/memory_meter.h"
 
 namespace remat {
@@ -185,7 +188,8 @@ planner::Chain profile_chain(
         meter.reset();
         const auto start = std::chrono::steady_clock::now();
         if (output.requires_grad()) {
-          torch::autograd::backward({output}, {grad_output});
+          // As the executor: output and gradient are handed to autograd.
+          detail::run_stage_backward(std::move(output), std::move(grad_output));
         }
         synchronize(device);
         if (timed) {
