@@ -43,7 +43,7 @@ template <bool kTwo>
 inline void min_plus_chunk(
     Time* best,
     int64_t k,
-    Lanes constant_lanes,
+    const Lanes& constant_lanes,
     const Time* first,
     const Time* second) {
   for (int64_t i = k; i < k + kChunk; i += kLanes) {
