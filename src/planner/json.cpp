@@ -105,6 +105,16 @@ class JsonReader {
     return value.get<int64_t>();
   }
 
+  int64_t integer(const json& value, const std::string& path) const {
+    if (value.is_number_unsigned()) {
+      return non_negative_integer(value, path);
+    }
+    if (!value.is_number_integer()) {
+      fail(path, "expected an integer, got " + shown(value));
+    }
+    return value.get<int64_t>();
+  }
+
   double non_negative_number(const json& value, const std::string& path) const {
     if (!value.is_number() || !(value.get<double>() >= 0)) {
       fail(path, "expected a non-negative number, got " + shown(value));
@@ -226,7 +236,9 @@ Chain chain_from_json(std::string_view text) {
       cost.output_bytes = bytes("output_bytes");
       cost.saved_bytes = bytes("saved_bytes");
       cost.forward_tmp_bytes = bytes("forward_tmp_bytes");
-      cost.backward_tmp_bytes = bytes("backward_tmp_bytes");
+      cost.backward_tmp_bytes = r.integer(
+          r.field(stage, path, "backward_tmp_bytes"),
+          JsonReader::join(path, "backward_tmp_bytes"));  // may be < 0
       if (stage.contains("record_tmp_bytes")) {
         cost.record_tmp_bytes = bytes("record_tmp_bytes");
       }

@@ -30,7 +30,8 @@
 //   kBackward: REQUIRES the backwards run in order L-1, ..., 0 (each once) and
 //     R_i held (x_i is then held too). The first backward (stage L-1) first
 //     allocates g_L, the gradient of the chain output. Peak
-//     B + |g_i| + backward_tmp_bytes. Then R_i and g_{i+1} are freed, g_i is
+//     B + |g_i| + backward_tmp_bytes (which may be negative, down to -|g_i|).
+//     Then R_i and g_{i+1} are freed, g_i is
 //     live, and a kKept x_i (i > 0) is dropped: nothing needs it any more.
 //     Time += backward_ms.
 //   End: REQUIRES every backward run. g_0 stays live to the end (counted).

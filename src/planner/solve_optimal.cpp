@@ -122,8 +122,11 @@ class UnitChain {
   }
 
  private:
+  // ceil(bytes / unit_bytes), also for negative bytes (backward_tmp_bytes):
+  // every size rounds toward +inf, so a plan that fits in units fits in bytes.
   static int64_t round_up(int64_t bytes, int64_t unit_bytes) {
-    return bytes / unit_bytes + (bytes % unit_bytes != 0 ? 1 : 0);
+    const int64_t quotient = bytes / unit_bytes;  // rounds toward zero
+    return quotient + (bytes % unit_bytes > 0 ? 1 : 0);
   }
   int64_t input_units_;
   std::vector<UnitStage> stages_;

@@ -53,6 +53,23 @@ TEST(Chain, RejectsANegativeRecordTransient) {
   EXPECT_NE(error.find("-5"), std::string::npos) << error;
 }
 
+TEST(Chain, AcceptsANegativeBackwardTransientDownToMinusTheGradient) {
+  // Stage 1's backward produces g_1, of |x_1| = 10 bytes.
+  StageCost first{1, 1, 10, 10};
+  StageCost second{1, 1, 10, 10};
+  second.backward_tmp_bytes = -10;
+  EXPECT_NO_THROW(Chain({first, second}, 4));
+  second.backward_tmp_bytes = -11;
+  const std::string error = error_of({first, second}, 4);
+  EXPECT_NE(error.find("stage 1 backward_tmp_bytes"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find(">= -10"), std::string::npos) << error;
+  EXPECT_NE(error.find("-11"), std::string::npos) << error;
+  // Stage 0's gradient is the chain input's.
+  first.backward_tmp_bytes = -5;
+  EXPECT_NE(error_of({first}, 4).find(">= -4"), std::string::npos);
+}
+
 TEST(Chain, RecordTransientDefaultsToTheForwardTransient) {
   StageCost cost{1, 1, 10, 10};
   cost.forward_tmp_bytes = 6;

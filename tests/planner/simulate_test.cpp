@@ -59,6 +59,20 @@ TEST(Simulate, UsesTheRecordTransientForRecordedForwardsOnly) {
       70);
 }
 
+TEST(Simulate, ANegativeBackwardTransientLowersTheBackwardPeak) {
+  // Two stages of output 10, saved 10; input 10.
+  std::vector<StageCost> stages(2, StageCost{1, 1, 10, 10});
+  const Plan plan = plan_from_string("R0 R1 B1 B0");
+  // B1: x_0 10 + R0 10 + R1 10 + g_2 10 + g_1 10 = 50 is the peak.
+  EXPECT_EQ(simulate(Chain(stages, 10), plan).peak_bytes, 50);
+  // Freeing 6 bytes before g_1 exists: 44; the other ops stay below.
+  stages[1].backward_tmp_bytes = -6;
+  EXPECT_EQ(simulate(Chain(stages, 10), plan).peak_bytes, 44);
+  // At -|g_1| the backward adds nothing: the peak is before B1, 40.
+  stages[1].backward_tmp_bytes = -10;
+  EXPECT_EQ(simulate(Chain(stages, 10), plan).peak_bytes, 40);
+}
+
 struct BrokenPlan {
   const char* plan;
   const char* error;

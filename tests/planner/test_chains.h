@@ -20,7 +20,9 @@
 namespace remat::planner::testing {
 
 /// A chain of 1..max_stages stages with byte sizes in [0, max_bytes] (saved
-/// bytes usually >= output bytes), times in (0, 4].
+/// bytes usually >= output bytes), times in (0, 4]. With with_tmp, some
+/// stages get transients: forward, recorded forward (record_tmp_bytes), and
+/// backward, which is sometimes negative (down to -|x_i|).
 inline Chain random_chain(
     std::mt19937_64& rng,
     int64_t max_stages,
@@ -30,8 +32,11 @@ inline Chain random_chain(
   std::uniform_int_distribution<int64_t> bytes(1, max_bytes);
   std::uniform_int_distribution<int64_t> small(0, max_bytes / 2);
   std::uniform_real_distribution<double> ms(0.05, 4.0);
+  std::uniform_real_distribution<double> fraction(0.0, 1.0);
   std::bernoulli_distribution sometimes(0.3);
+  const int64_t input = bytes(rng);
   std::vector<StageCost> stages(count(rng));
+  int64_t stage_input = input;  // |x_i|
   for (StageCost& s : stages) {
     s.forward_ms = ms(rng);
     s.backward_ms = ms(rng);
@@ -43,9 +48,14 @@ inline Chain random_chain(
       if (sometimes(rng)) {
         s.record_tmp_bytes = small(rng);
       }
+      if (sometimes(rng)) {
+        s.backward_tmp_bytes = -static_cast<int64_t>(
+            fraction(rng) * static_cast<double>(stage_input));
+      }
     }
+    stage_input = s.output_bytes;
   }
-  return Chain(std::move(stages), bytes(rng));
+  return Chain(std::move(stages), input);
 }
 
 /// A homogeneous chain: every stage the same.

@@ -39,7 +39,10 @@ struct StageCost {
   /// forward plus the output it produces. Default: 0.
   int64_t forward_tmp_bytes = 0;
   /// Transient extra bytes inside the backward, on top of the bytes held before
-  /// the backward plus the gradient it produces. Default: 0.
+  /// the backward plus the gradient g_i it produces. May be negative, down to
+  /// -|x_i| (the size of g_i): a backward that frees part of what it held
+  /// (its record, the incoming gradient) before g_i exists peaks below
+  /// before + |g_i|, though never below before. Default: 0.
   int64_t backward_tmp_bytes = 0;
   /// Transient extra bytes inside a recorded forward (kForwardRecord), on top
   /// of the bytes held before the forward plus saved_bytes. It differs from
@@ -64,7 +67,8 @@ struct StageCost {
 class Chain {
  public:
   /// Throws std::invalid_argument, naming the stage index and the field, if
-  /// `stages` is empty, any byte field or `input_bytes` is negative, any time
+  /// `stages` is empty, any byte field or `input_bytes` is negative (except
+  /// backward_tmp_bytes, which must be >= -|x_i|), any time
   /// is negative or not finite, or the byte sizes summed over the chain
   /// (2 * input_bytes + sum of 2 * output_bytes + saved_bytes +
   /// forward_tmp_bytes + backward_tmp_bytes + record_tmp_bytes) exceed
