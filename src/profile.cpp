@@ -15,7 +15,9 @@
 //      (timed), run by detail::run_stage_backward as the executor runs it
 //      (output and gradient freed as soon as autograd is done with them):
 //      backward_tmp_bytes is its peak above before + |g_i| (the gradient of
-//      x_i, whose size the model takes as x_i's), clamped at 0.
+//      x_i, whose size the model takes as x_i's). It is negative when the
+//      backward frees more than it allocates before g_i exists (a dropout
+//      stage); never below -|g_i|, since the peak is never below before.
 // Byte fields are the maximum over the rounds (they are exact and normally
 // equal in every round); times are medians of the timed rounds.
 // exactly as the executor runs them (NOTE: [Plan execution] in
@@ -29,6 +31,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <vector>
 
 #include <ATen/Context.h>
@@ -146,6 +149,7 @@ planner::Chain profile_chain(
         input.is_floating_point() && (i > 0 || sample.requires_grad());
     planner::StageCost cost;
     int64_t record_tmp_bytes = 0;
+    int64_t backward_tmp_bytes = std::numeric_limits<int64_t>::min();
     std::vector<double> forward_times;
     std::vector<double> backward_times;
     for (int64_t round = 0; round < rounds; ++round) {
@@ -195,12 +199,12 @@ planner::Chain profile_chain(
         if (timed) {
           backward_times.push_back(elapsed_ms(start));
         }
-        cost.backward_tmp_bytes = std::max<int64_t>(
-            cost.backward_tmp_bytes,
-            meter.peak_delta_bytes() - input_value_bytes);
+        backward_tmp_bytes = std::max<int64_t>(
+            backward_tmp_bytes, meter.peak_delta_bytes() - input_value_bytes);
       }
     }
     cost.record_tmp_bytes = record_tmp_bytes;
+    cost.backward_tmp_bytes = backward_tmp_bytes;
     cost.forward_ms = median(forward_times);
     cost.backward_ms = median(backward_times);
     stages.push_back(cost);

@@ -17,6 +17,8 @@
 //                       frees its mask inside the op, the recorded one keeps
 //                       it in saved_bytes)
 //   backward_tmp_bytes  transient peak of a backward above before + |g_i|
+//                       (negative, down to -|g_i|, when the backward frees
+//                       more than it allocates before g_i exists)
 // Times are the median of `repeats` runs after `warmup` runs.
 //
 // Profiling runs the model, so it leaves no trace: module buffers (BatchNorm
