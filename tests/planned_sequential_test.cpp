@@ -8,7 +8,8 @@
 // every stage is run forward exactly as often as the plan says (counting
 // wrappers), and the measured activation peak plus the input bytes is never
 // above simulate()'s prediction for the profiled chain, within 10% below it,
-// and within the budget. The worst measured/predicted ratio per model is printed.
+// and within the budget. The worst measured/predicted ratio per model is
+// printed.
 #include <algorithm>
 #include <cmath>
 #include <functional>

@@ -79,11 +79,12 @@ Chain::Chain(std::vector<StageCost> stages, int64_t input_bytes)
     check_bytes(i, "output_bytes", s.output_bytes);
     check_bytes(i, "saved_bytes", s.saved_bytes);
     check_bytes(i, "forward_tmp_bytes", s.forward_tmp_bytes);
-    const int64_t gradient_bytes = i == 0 ? input_bytes_ : stages_[i - 1].output_bytes;
+    const int64_t gradient_bytes =
+        i == 0 ? input_bytes_ : stages_[i - 1].output_bytes;
     if (s.backward_tmp_bytes < -gradient_bytes) {
       fail(
-          "stage " + std::to_string(i) +
-          " backward_tmp_bytes: expected >= -" + std::to_string(gradient_bytes) +
+          "stage " + std::to_string(i) + " backward_tmp_bytes: expected >= -" +
+          std::to_string(gradient_bytes) +
           " (minus the size of the gradient the backward produces; a "
           "backward never peaks below the bytes held before it), got " +
           std::to_string(s.backward_tmp_bytes));

@@ -115,7 +115,11 @@ void min_plus_two(
 
 REMAT_PLANNER_KERNEL_CLONES
 void min_plus_one(
-    Time* best, int64_t count, Time bound, Time constant_ms, const Time* first) {
+    Time* best,
+    int64_t count,
+    Time bound,
+    Time constant_ms,
+    const Time* first) {
   bounded_min_plus<false>(best, count, bound, constant_ms, first, nullptr);
 }
 

@@ -23,8 +23,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
-#include <limits>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <new>
 #include <vector>

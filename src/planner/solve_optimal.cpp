@@ -141,8 +141,8 @@ SegmentArray<SegmentInfo> segment_info(const UnitChain& chain) {
   // row a contiguous in b. Plain arrays of the per-stage terms keep the loop
   // free of calls.
   std::vector<int64_t> lo_by_start(static_cast<size_t>(n * n));
-  std::vector<int64_t> value(n + 1);   // |x_v|
-  std::vector<int64_t> step_out(n);    // |x_{k+1}| + forward_tmp of stage k
+  std::vector<int64_t> value(n + 1);  // |x_v|
+  std::vector<int64_t> step_out(n);   // |x_{k+1}| + forward_tmp of stage k
   for (int64_t v = 0; v <= n; ++v) {
     value[v] = chain.value_units(v);
   }
@@ -206,9 +206,8 @@ void relax(
   if (start > top) {
     return;
   }
-  const Time bound = second != nullptr
-                         ? (constant + first.last) + second->last
-                         : constant + first.last;
+  const Time bound = second != nullptr ? (constant + first.last) + second->last
+                                       : constant + first.last;
   Time* best = target.at_address(start);
   const int64_t count = top - start + 1;
   if (second != nullptr) {
@@ -226,7 +225,10 @@ void relax(
 
 // Memory from which the record option of segment (a, b) is feasible.
 int64_t record_from(
-    const UnitChain& chain, const SegmentCostTable& table, int64_t a, int64_t b) {
+    const UnitChain& chain,
+    const SegmentCostTable& table,
+    int64_t a,
+    int64_t b) {
   return std::max(
       chain.record_units(a, b),
       chain.stage(a).saved_units + table.row(a + 1, b).lo);
@@ -290,7 +292,10 @@ void prefetch_split(
 
 // The record option of segment (a, b).
 void relax_record(
-    const UnitChain& chain, const SegmentCostTable& table, int64_t a, int64_t b) {
+    const UnitChain& chain,
+    const SegmentCostTable& table,
+    int64_t a,
+    int64_t b) {
   const UnitStage& s = chain.stage(a);
   relax(
       table.row(a, b),
@@ -399,7 +404,8 @@ void fill_block(
 // fills blocks t, t + threads, ... Each cell is computed by the same
 // operations in the same order whatever the thread count, so the table (and
 // the plan) does not depend on it.
-void fill_table(const UnitChain& chain, SegmentCostTable& table, int64_t threads) {
+void fill_table(
+    const UnitChain& chain, SegmentCostTable& table, int64_t threads) {
   const int64_t blocks = (chain.size() + kBlock - 1) / kBlock;
   threads = std::max<int64_t>(1, std::min(threads, blocks));
   BlockProgress progress(blocks);
@@ -504,10 +510,9 @@ void emit_fastest(
     if (m < split_from(chain, table, a, b, j, step_max)) {
       continue;
     }
-    const Time value =
-        (static_cast<Time>(chain_ms) +
-         table.row(j, b).at(m - chain.value_units(j))) +
-        table.row(a, j - 1).at(m);
+    const Time value = (static_cast<Time>(chain_ms) +
+                        table.row(j, b).at(m - chain.value_units(j))) +
+                       table.row(a, j - 1).at(m);
     if (value < best) {
       best = value;
       best_split = j;

@@ -36,7 +36,8 @@ TEST(ChainJson, RoundTripsExactly) {
   // backward_tmp_bytes may be negative (down to -|x_i|, checked by Chain).
   std::string negative = kGoodChain;
   const std::string four = "\"backward_tmp_bytes\": 4";
-  negative.replace(negative.find(four), four.size(), "\"backward_tmp_bytes\": -2");
+  negative.replace(
+      negative.find(four), four.size(), "\"backward_tmp_bytes\": -2");
   EXPECT_EQ(chain_from_json(negative).stage(0).backward_tmp_bytes, -2);
 }
 

@@ -50,8 +50,8 @@ TEST(Simulate, UsesTheRecordTransientForRecordedForwardsOnly) {
   const Chain chain(stages, 10);
   // Store-all: x_0 10 + R0 15 + R1 15 + R2 15 (+1 inside R2) = 56; B2: 55 +
   // g_3 10 + g_2 10 = 75.
-  EXPECT_EQ(simulate(chain, plan_from_string("R0 R1 R2 B2 B1 B0")).peak_bytes,
-            75);
+  EXPECT_EQ(
+      simulate(chain, plan_from_string("R0 R1 R2 B2 B1 B0")).peak_bytes, 75);
   // C0 N1: x_0 10 + x_1 10 + x_2 10 + 40 = 70 inside N1, still below B2's
   // 10 + x_2 10 + R2 15 + g_3 10 + g_2 10 = 55; so the peak is N1's 70.
   EXPECT_EQ(

@@ -8,8 +8,9 @@
 //   {"kind": "backward", "stage": 0}]}
 // Kinds: "forward_no_save", "forward_checkpoint", "forward_record",
 // "backward". Every field but record_tmp_bytes is required (absent: unset, the
-// recorded forward's transient is forward_tmp_bytes); unknown fields are rejected (they are
-// usually typos). Byte sizes and stages are JSON integers; times are numbers.
+// recorded forward's transient is forward_tmp_bytes); unknown fields are
+// rejected (they are usually typos). Byte sizes and stages are JSON integers,
+// non-negative except backward_tmp_bytes (see StageCost); times are numbers.
 // The JSON library is an implementation detail (not in this header).
 #pragma once
 
