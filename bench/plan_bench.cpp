@@ -549,9 +549,13 @@ std::string machine_line() {
   std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d", std::localtime(&now));
+  std::string load = "unknown";
+  std::ifstream loadavg("/proc/loadavg");
+  loadavg >> load;
   std::ostringstream out;
   out << date << ", " << cpu << ", " << torch::get_num_threads()
-      << " threads, LibTorch " << TORCH_VERSION;
+      << " threads, LibTorch " << TORCH_VERSION
+      << " (TORCH_VERSION), 1-minute load average " << load << " at the start";
   return out.str();
 }
 
