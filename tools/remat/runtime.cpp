@@ -35,6 +35,19 @@ void zero_gradients(const torch::nn::Sequential& model) {
   }
 }
 
+/// Segments checkpoint_sequential runs for `strategy` on `stages` stages.
+int64_t uniform_segments(const StrategySpec& strategy, int64_t stages) {
+  return std::min<int64_t>(strategy.segments, stages);
+}
+
+/// Whether reentrant checkpoint_sequential needs an input that requires grad
+/// (it checkpoints at least one segment; see check_trainable).
+bool reentrant_needs_input_grad(
+    const StrategySpec& strategy, Mode mode, int64_t stages) {
+  return strategy.kind == StrategySpec::Kind::kUniform &&
+         mode == Mode::kReentrant && uniform_segments(strategy, stages) >= 2;
+}
+
 }  // namespace
 
 Mode parse_mode(const std::string& text) {
@@ -47,21 +60,6 @@ Mode parse_mode(const std::string& text) {
   throw std::invalid_argument(
       "expected reentrant or nonreentrant; got '" + text + "'");
 }
-
-namespace {
-
-/// Segments checkpoint_sequential runs for `strategy` on `stages` stages.
-int64_t uniform_segments(const StrategySpec& strategy, int64_t stages) {
-  return std::min<int64_t>(strategy.segments, stages);
-}
-
-bool reentrant_needs_input_grad(
-    const StrategySpec& strategy, Mode mode, int64_t stages) {
-  return strategy.kind == StrategySpec::Kind::kUniform &&
-         mode == Mode::kReentrant && uniform_segments(strategy, stages) >= 2;
-}
-
-}  // namespace
 
 void check_trainable(
     const StrategySpec& strategy,
