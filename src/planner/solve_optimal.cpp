@@ -19,8 +19,10 @@
 //
 // Memory is counted in units: bytes (exact; min_feasible_budget_bytes) or
 // slots of unit_bytes with every size rounded UP, so a plan that fits in slots
-// fits in bytes. The time table (segment_table.h, float) holds every segment
-// for m in [lo, max_slots]; below lo nothing fits, from hi on recording
+// fits in bytes. When every size is a multiple of a common factor that gives
+// at most SolverOptions::memory_slots slots, the slot is that factor and the
+// DP is exact (slot_bytes). The time table (segment_table.h, float) holds every
+// segment for m in [lo, max_slots]; below lo nothing fits, from hi on recording
 // everything fits and is fastest (stored as a constant tail).
 //
 // Speed (the fill is O(L^3 * slots)): the inner loop over m is a contiguous
@@ -39,6 +41,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -583,14 +586,36 @@ int64_t fill_threads(const Chain& chain, const SolverOptions& options) {
   return std::clamp<int64_t>(chain.size() / kStagesPerThread, 1, hardware);
 }
 
-// Bytes per memory slot: ceil((budget - input) / slots), at least 1.
+// The greatest common divisor of every byte size the DP counts (0 when all
+// are zero). Tensor sizes usually share a large power of two.
+int64_t common_byte_factor(const Chain& chain) {
+  int64_t factor = chain.input_bytes();
+  for (const StageCost& s : chain.stages()) {
+    for (int64_t bytes :
+         {s.output_bytes,
+          s.saved_bytes,
+          s.forward_tmp_bytes,
+          s.record_transient(),
+          s.backward_tmp_bytes}) {
+      factor = std::gcd(factor, bytes < 0 ? -bytes : bytes);
+    }
+  }
+  return factor;
+}
+
+// Bytes per memory slot. By default ceil((budget - input) / slots), at least
+// 1, with every size rounded up (a plan may lose up to a slot per value).
+// When all sizes are multiples of a common factor at least that large, the
+// factor itself: fewer slots and no rounding, so the DP is exact in bytes.
 int64_t slot_bytes(
     const Chain& chain, int64_t budget_bytes, const SolverOptions& options) {
   const int64_t available = budget_bytes - chain.input_bytes();
-  return std::max<int64_t>(
+  const int64_t even_split = std::max<int64_t>(
       1,
       available / options.memory_slots +
           (available % options.memory_slots != 0 ? 1 : 0));
+  const int64_t factor = common_byte_factor(chain);
+  return factor >= even_split ? factor : even_split;
 }
 
 }  // namespace

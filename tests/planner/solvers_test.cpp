@@ -174,6 +174,49 @@ TEST(Solvers, HoldTheirPropertiesOnRandomChains) {
   }
 }
 
+// `chain` with every byte size multiplied by `factor`.
+Chain scaled(const Chain& chain, int64_t factor) {
+  std::vector<StageCost> stages = chain.stages();
+  for (StageCost& s : stages) {
+    s.output_bytes *= factor;
+    s.saved_bytes *= factor;
+    s.forward_tmp_bytes *= factor;
+    s.backward_tmp_bytes *= factor;
+    if (s.record_tmp_bytes) {
+      *s.record_tmp_bytes *= factor;
+    }
+  }
+  return Chain(std::move(stages), chain.input_bytes() * factor);
+}
+
+// Real tensor sizes share large factors (2 MiB activations): with the default
+// 500 slots the DP then counts in that factor and stays exact, where an even
+// split of the budget would round every size up and lose memory.
+TEST(SolveOptimal, IsExactWithDefaultSlotsWhenSizesShareAFactor) {
+  constexpr int64_t kFactor = 3 << 20;
+  std::mt19937_64 rng(9100);
+  for (int c = 0; c < 30; ++c) {
+    SCOPED_TRACE("chain " + std::to_string(c));
+    const Chain chain = random_chain(rng, 12, 20);
+    const Chain big = scaled(chain, kFactor);
+    const int64_t low = min_feasible_budget_bytes(chain);
+    ASSERT_EQ(min_feasible_budget_bytes(big), low * kFactor);
+    const int64_t high = simulate(chain, solve_store_all(chain)).peak_bytes;
+    for (int64_t budget = low; budget < high; ++budget) {
+      const std::optional<Plan> exact = solve_optimal(chain, budget, {budget});
+      // Half a factor more: the slack cannot hold another value.
+      const int64_t big_budget = budget * kFactor + kFactor / 2;
+      const std::optional<Plan> plan = solve_optimal(big, big_budget);
+      ASSERT_TRUE(exact.has_value() && plan.has_value());
+      expect_valid_within(big, *plan, big_budget);
+      const double exact_ms = simulate(chain, *exact).time_ms;
+      EXPECT_NEAR(simulate(big, *plan).time_ms, exact_ms, 1e-6 * exact_ms)
+          << "budget " << budget << ": " << plan->to_string() << " vs "
+          << exact->to_string();
+    }
+  }
+}
+
 TEST(SolveOptimal, StaysWithinTheBudgetWithDefaultSlotsOnLongChains) {
   std::mt19937_64 rng(4242);
   for (int c = 0; c < 4; ++c) {

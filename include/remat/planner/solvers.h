@@ -19,7 +19,8 @@ struct SolverOptions {
   /// Number of slots the budget (minus the chain input) is divided into. Each
   /// size is rounded up to whole slots, so plans never exceed the budget;
   /// more slots: closer to the exact optimum, slower (time and table memory
-  /// grow linearly). With slots >= budget_bytes the solve is exact.
+  /// grow linearly). With slots >= budget_bytes the solve is exact; see
+  /// solve_optimal for when fewer slots are exact too.
   /// Default: 500. REQUIRES: >= 1.
   int64_t memory_slots = 500;
   /// Threads that fill the DP table (the calling thread is one of them);
@@ -57,13 +58,16 @@ std::optional<Plan> solve_chen_greedy(const Chain& chain, int64_t budget_bytes);
 
 /// The optimal plan under a byte budget: the dynamic program of Beaumont et
 /// al. (rotor, 2019) over (first stage, last stage, memory slots) with all
-/// three forward kinds. Optimal up to the rounding of sizes to slots (exact
-/// when options.memory_slots >= budget_bytes - input_bytes). The simulated
-/// peak of the result is <= budget_bytes. Returns std::nullopt exactly when
-/// budget_bytes < min_feasible_budget_bytes(chain) (if rounding leaves no plan
-/// but the budget is feasible, the minimum-memory plan is returned). At a
-/// budget >= the store-all peak, returns solve_store_all(chain).
-/// Throws std::invalid_argument if budget_bytes <= 0 or
+/// three forward kinds. Optimal up to the rounding of sizes to slots. Exact
+/// when options.memory_slots >= budget_bytes - input_bytes, and also when
+/// every byte size of the chain is a multiple of some f with
+/// budget_bytes - input_bytes <= options.memory_slots * f (the slot is then
+/// their greatest common divisor; activations of one shape share a factor). The
+/// simulated peak of the result is <= budget_bytes. Returns std::nullopt
+/// exactly when budget_bytes < min_feasible_budget_bytes(chain) (if rounding
+/// leaves no plan but the budget is feasible, the minimum-memory plan is
+/// returned). At a budget >= the store-all peak, returns
+/// solve_store_all(chain). Throws std::invalid_argument if budget_bytes <= 0 or
 /// options.memory_slots < 1.
 ///
 /// Example:
