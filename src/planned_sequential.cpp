@@ -118,6 +118,9 @@ PlannedSequentialImpl::PlannedSequentialImpl(
       sequential.is_empty() ? "a null one" : "one with no children");
   register_module("sequential", sequential);
   reset();
+  if (!options.input_shape().empty()) {
+    plans_by_shape_.emplace(options.input_shape(), plan_);
+  }
 }
 
 void PlannedSequentialImpl::reset() {
@@ -145,6 +148,7 @@ std::shared_ptr<torch::nn::Module> PlannedSequentialImpl::clone(
       std::dynamic_pointer_cast<torch::nn::SequentialImpl>(
           sequential->clone(device)));
   auto result = std::make_shared<PlannedSequentialImpl>(copy, plan_, options);
+  result->plans_by_shape_ = plans_by_shape_;
   result->train(is_training());
   return result;
 }
@@ -173,13 +177,24 @@ torch::Tensor PlannedSequentialImpl::forward(const torch::Tensor& input) {
         shape_string(input.sizes()),
         "; re-plan with auto_checkpoint or profile_chain on the new shape, "
         "or use ShapePolicy::kReplan");
-    planner::Chain chain = profile_chain(sequential, input, options.profile());
-    plan_ = solve_within(
-        "remat::PlannedSequential::forward (re-plan for a new input shape)",
-        chain,
-        *options.budget(),
-        options.solver());
-    options.input_shape(input.sizes().vec());
+    std::vector<int64_t> shape = input.sizes().vec();
+    auto known = plans_by_shape_.find(shape);
+    if (known == plans_by_shape_.end()) {
+      planner::Chain chain =
+          profile_chain(sequential, input, options.profile());
+      known = plans_by_shape_
+                  .emplace(
+                      shape,
+                      solve_within(
+                          "remat::PlannedSequential::forward (re-plan for a "
+                          "new input shape)",
+                          chain,
+                          *options.budget(),
+                          options.solver()))
+                  .first;
+    }
+    plan_ = known->second;
+    options.input_shape(std::move(shape));
   }
   bool needs_grad = input.requires_grad();
   for (const auto& parameter : sequential->parameters()) {

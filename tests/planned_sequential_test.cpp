@@ -380,7 +380,7 @@ TEST(PlannedSequential, RejectsPlansThatDoNotFitTheSequential) {
 }
 
 TEST(PlannedSequential, RefusesAutogradGradWithExplicitInputs) {
-  Case c = mlp_case();
+  Case c = resnet_case();  // BatchNorm buffers: profiling must not move them
   const Chain chain = remat::profile_chain(c.model, c.input);
   remat::PlannedSequential net(c.model, remat::planner::solve_sqrt(chain));
   auto input = c.input.detach().requires_grad_(true);
@@ -438,7 +438,7 @@ TEST(AutoCheckpoint, AtTheStoreAllPeakRecomputesNothing) {
 }
 
 TEST(AutoCheckpoint, ABudgetBelowTheMinimumStatesTheMinimum) {
-  Case c = mlp_case();
+  Case c = resnet_case();  // BatchNorm buffers: profiling must not move them
   const Chain chain = remat::profile_chain(c.model, c.input);
   const int64_t minimum = remat::planner::min_feasible_budget_bytes(chain);
   try {
@@ -486,6 +486,91 @@ TEST(AutoCheckpoint, ReplansForAnotherInputShapeWhenAskedTo) {
   remat::testing::expect_all_bitwise_equal(
       reference.grads, result.grads, "grads after re-planning");
   EXPECT_EQ(net->options.input_shape(), std::vector<int64_t>({16, 64}));
+}
+
+TEST(AutoCheckpoint, ReusesThePlanOfAShapeSeenBeforeWithoutProfiling) {
+  Case c = mlp_case();
+  auto net = remat::auto_checkpoint(
+      c.model,
+      c.input,
+      remat::Budget::fraction(0.5),
+      remat::AutoCheckpointOptions().on_shape_change(
+          remat::ShapePolicy::kReplan));
+  const std::vector<int64_t> first_shape = c.input.sizes().vec();
+  const Plan first_plan = net->plan();
+  const torch::Tensor first_input = c.input;
+  const torch::Tensor small_input = torch::randn({16, 64}).requires_grad_(true);
+  const int64_t stages = static_cast<int64_t>(c.counts.size());
+  const torch::Tensor first_probe = c.probe;
+  const torch::Tensor small_probe = torch::randn({16, 32});
+  const auto step = [&](const torch::Tensor& input) {
+    c.input = input;
+    c.probe = input.size(0) == 16 ? small_probe : first_probe;
+    return run_step(c, [&](const torch::Tensor& x) { return net->forward(x); });
+  };
+
+  step(small_input);  // a new shape: profiled and solved once
+  ASSERT_EQ(net->plans_by_shape().size(), 2u);
+  const Plan small_plan = net->plan();
+  // Back and forth between the two shapes: each step runs only its plan's
+  // forwards (profiling would run every stage many more times).
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& [input, plan] :
+         {std::pair{first_input, first_plan},
+          std::pair{small_input, small_plan}}) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      const StepResult result = step(input);
+      EXPECT_EQ(net->plan(), plan);
+      EXPECT_EQ(result.forward_counts, plan_forward_counts(plan, stages));
+      EXPECT_EQ(net->options.input_shape(), input.sizes().vec());
+    }
+  }
+  EXPECT_EQ(net->plans_by_shape().size(), 2u);
+  EXPECT_EQ(net->plans_by_shape().at(first_shape), first_plan);
+}
+
+TEST(AutoCheckpoint, ACloneKeepsThePlansByShape) {
+  torch::manual_seed(4);
+  auto net = remat::auto_checkpoint(
+      remat::models::mlp_chain(remat::models::MlpChainOptions({32, 64, 48})),
+      torch::randn({8, 32}),
+      remat::Budget::fraction(1.0),
+      remat::AutoCheckpointOptions().on_shape_change(
+          remat::ShapePolicy::kReplan));
+  net->forward(torch::randn({4, 32}));
+  ASSERT_EQ(net->plans_by_shape().size(), 2u);
+  auto copy =
+      std::dynamic_pointer_cast<remat::PlannedSequentialImpl>(net->clone());
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->plans_by_shape(), net->plans_by_shape());
+  EXPECT_EQ(copy->options.input_shape(), std::vector<int64_t>({4, 32}));
+}
+
+TEST(AutoCheckpoint, AnInfeasibleReplanLeavesTheModuleAsItWas) {
+  Case c = resnet_case();  // BatchNorm buffers: profiling must not move them
+  const Chain chain = remat::profile_chain(c.model, c.input);
+  // Enough for the sample's shape, not for 4x its batch.
+  const int64_t budget =
+      remat::planner::simulate(chain, remat::planner::solve_store_all(chain))
+          .peak_bytes;
+  auto net = remat::auto_checkpoint(
+      c.model,
+      c.input,
+      remat::Budget::bytes(budget),
+      remat::AutoCheckpointOptions().on_shape_change(
+          remat::ShapePolicy::kReplan));
+  const Plan plan = net->plan();
+  std::vector<torch::Tensor> buffers;
+  for (const auto& buffer : c.model->buffers()) {
+    buffers.push_back(buffer.clone());
+  }
+  ASSERT_FALSE(buffers.empty());
+  EXPECT_THROW(net->forward(torch::randn({16, 3, 16, 16})), c10::Error);
+  EXPECT_EQ(net->plan(), plan);
+  EXPECT_EQ(net->options.input_shape(), c.input.sizes().vec());
+  EXPECT_EQ(net->plans_by_shape().size(), 1u);
+  remat::testing::expect_all_bitwise_equal(
+      buffers, c.model->buffers(), "buffers after a failed re-plan");
 }
 
 std::vector<std::string> lines_of(const std::string& text) {

@@ -18,7 +18,8 @@
 // With options.input_shape set (auto_checkpoint sets it to the sample's
 // shape), an input of another shape is an error naming both shapes
 // (ShapePolicy::kError, the default) or re-profiles and re-solves the budget
-// for the new shape (ShapePolicy::kReplan). See docs/planned_execution.md.
+// for the new shape (ShapePolicy::kReplan; once per shape, plans are kept by
+// shape). See docs/planned_execution.md.
 //
 // Limits: parameters receive their gradients by accumulation inside the
 // backward, so torch::autograd::grad and backward(inputs=...) are refused;
@@ -27,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -136,6 +138,14 @@ class PlannedSequentialImpl
   const planner::Plan& plan() const {
     return plan_;
   }
+  /// Every plan made so far, keyed by the input shape it was made for: the
+  /// constructor's plan under options.input_shape (when set), and one per
+  /// shape re-planned under ShapePolicy::kReplan. An input of a shape seen
+  /// before takes its plan from here, without profiling again (a smaller last
+  /// batch per epoch costs one profile, not two per epoch).
+  const std::map<std::vector<int64_t>, planner::Plan>& plans_by_shape() const {
+    return plans_by_shape_;
+  }
   /// The wrapped Sequential.
   torch::nn::Sequential sequential{nullptr};
   /// The options given at construction.
@@ -143,6 +153,7 @@ class PlannedSequentialImpl
 
  private:
   planner::Plan plan_;
+  std::map<std::vector<int64_t>, planner::Plan> plans_by_shape_;
 };
 TORCH_MODULE(PlannedSequential);
 
