@@ -469,14 +469,22 @@ TEST(AutoCheckpoint, AnotherInputShapeIsAnErrorNamingBothShapes) {
   }
 }
 
-TEST(AutoCheckpoint, ReplansForAnotherInputShapeWhenAskedTo) {
-  Case c = mlp_case();
-  auto net = remat::auto_checkpoint(
-      c.model,
-      c.input,
-      remat::Budget::fraction(0.8),
+/// auto_checkpoint of `model` with ShapePolicy::kReplan.
+remat::PlannedSequential replanning(
+    torch::nn::Sequential model,
+    const torch::Tensor& sample,
+    remat::Budget budget) {
+  return remat::auto_checkpoint(
+      std::move(model),
+      sample,
+      budget,
       remat::AutoCheckpointOptions().on_shape_change(
           remat::ShapePolicy::kReplan));
+}
+
+TEST(AutoCheckpoint, ReplansForAnotherInputShapeWhenAskedTo) {
+  Case c = mlp_case();
+  auto net = replanning(c.model, c.input, remat::Budget::fraction(0.8));
   c.input = torch::randn({16, 64}).requires_grad_(true);
   c.probe = torch::randn({16, 32});
   const StepResult reference =
@@ -490,12 +498,7 @@ TEST(AutoCheckpoint, ReplansForAnotherInputShapeWhenAskedTo) {
 
 TEST(AutoCheckpoint, ReusesThePlanOfAShapeSeenBeforeWithoutProfiling) {
   Case c = mlp_case();
-  auto net = remat::auto_checkpoint(
-      c.model,
-      c.input,
-      remat::Budget::fraction(0.5),
-      remat::AutoCheckpointOptions().on_shape_change(
-          remat::ShapePolicy::kReplan));
+  auto net = replanning(c.model, c.input, remat::Budget::fraction(0.5));
   const std::vector<int64_t> first_shape = c.input.sizes().vec();
   const Plan first_plan = net->plan();
   const torch::Tensor first_input = c.input;
@@ -531,12 +534,10 @@ TEST(AutoCheckpoint, ReusesThePlanOfAShapeSeenBeforeWithoutProfiling) {
 
 TEST(AutoCheckpoint, ACloneKeepsThePlansByShape) {
   torch::manual_seed(4);
-  auto net = remat::auto_checkpoint(
+  auto net = replanning(
       remat::models::mlp_chain(remat::models::MlpChainOptions({32, 64, 48})),
       torch::randn({8, 32}),
-      remat::Budget::fraction(1.0),
-      remat::AutoCheckpointOptions().on_shape_change(
-          remat::ShapePolicy::kReplan));
+      remat::Budget::fraction(1.0));
   net->forward(torch::randn({4, 32}));
   ASSERT_EQ(net->plans_by_shape().size(), 2u);
   auto copy =
@@ -553,12 +554,7 @@ TEST(AutoCheckpoint, AnInfeasibleReplanLeavesTheModuleAsItWas) {
   const int64_t budget =
       remat::planner::simulate(chain, remat::planner::solve_store_all(chain))
           .peak_bytes;
-  auto net = remat::auto_checkpoint(
-      c.model,
-      c.input,
-      remat::Budget::bytes(budget),
-      remat::AutoCheckpointOptions().on_shape_change(
-          remat::ShapePolicy::kReplan));
+  auto net = replanning(c.model, c.input, remat::Budget::bytes(budget));
   const Plan plan = net->plan();
   std::vector<torch::Tensor> buffers;
   for (const auto& buffer : c.model->buffers()) {
