@@ -9,6 +9,9 @@
 //       budget (10% ... 100% of the no-checkpoint peak) the optimal plan
 //       against the fastest remat::checkpoint_sequential(k) whose measured
 //       peak fits, every k measured.
+//   E2-variants (only when named)  prediction only, no training steps: the
+//       same comparison by simulate() on finer and deeper versions of the E2
+//       chains, and what 500 memory slots cost against 5000.
 //
 // Protocol: torch::set_num_threads(2), fp32, freed memory kept by malloc
 // (keep_freed_memory); every configuration of a table
@@ -83,6 +86,14 @@ double median(std::vector<double> values) {
   const size_t mid = values.size() / 2;
   return values.size() % 2 ? values[mid]
                            : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+double geomean(const std::vector<double>& values) {
+  double log_sum = 0;
+  for (double value : values) {
+    log_sum += std::log(value);
+  }
+  return std::exp(log_sum / static_cast<double>(values.size()));
 }
 
 double spread(const std::vector<double>& values) {
@@ -220,10 +231,12 @@ planner::Chain same_stage_times(const planner::Chain& chain) {
     forward.push_back(stage.forward_ms);
     backward.push_back(stage.backward_ms);
   }
+  const double forward_ms = median(forward);
+  const double backward_ms = median(backward);
   std::vector<planner::StageCost> stages = chain.stages();
   for (planner::StageCost& stage : stages) {
-    stage.forward_ms = median(forward);
-    stage.backward_ms = median(backward);
+    stage.forward_ms = forward_ms;
+    stage.backward_ms = backward_ms;
   }
   return planner::Chain(std::move(stages), chain.input_bytes());
 }
@@ -566,13 +579,6 @@ std::string run_e2(const Flags& flags) {
         &ratios,
         &predicted_ratios);
   }
-  auto geomean = [](const std::vector<double>& values) {
-    double log_sum = 0;
-    for (double value : values) {
-      log_sum += std::log(value);
-    }
-    return std::exp(log_sum / static_cast<double>(values.size()));
-  };
   if (!ratios.empty()) {
     md << "**Summary:** geometric-mean time ratio optimal / best "
           "checkpoint_sequential over "
@@ -645,16 +651,149 @@ void write_section(
   out << text;
 }
 
+// ---- E2 variants (prediction only) -----------------------------------------
+
+/// `model` with every ConvBnRelu and LinearRelu child split into its layers
+/// (Conv2d, BatchNorm2d, ReLU / Linear, ReLU, Dropout): a finer chain of the
+/// same computation.
+torch::nn::Sequential split_children(const torch::nn::Sequential& model) {
+  torch::nn::Sequential split;
+  for (const auto& child : *model) {
+    if (auto conv = std::dynamic_pointer_cast<remat::models::ConvBnReluImpl>(
+            child.ptr())) {
+      split->push_back(conv->conv);
+      split->push_back(conv->bn);
+      split->push_back(torch::nn::ReLU());
+    } else if (
+        auto linear = std::dynamic_pointer_cast<remat::models::LinearReluImpl>(
+            child.ptr())) {
+      split->push_back(linear->linear);
+      split->push_back(torch::nn::ReLU());
+      if (!linear->dropout.is_empty()) {
+        split->push_back(linear->dropout);
+      }
+    } else {
+      split->push_back(child);
+    }
+  }
+  return split;
+}
+
+/// Predicted time of the optimal plan over that of the fastest
+/// solve_uniform(k) whose predicted peak fits, per budget of 10% ... 100% of
+/// the store-all peak where both fit; and the optimal plan's predicted time
+/// at 500 slots over 5000 slots.
+std::string predict_variant(
+    const std::string& name, torch::nn::Sequential model, torch::Tensor input) {
+  const auto chain = remat::profile_chain(model, input, profile_options());
+  const auto store_all =
+      planner::simulate(chain, planner::solve_store_all(chain));
+  const int64_t minimum = planner::min_feasible_budget_bytes(chain);
+  std::vector<planner::Simulation> uniform;
+  for (int64_t k = 1; k <= chain.size(); ++k) {
+    uniform.push_back(
+        planner::simulate(chain, planner::solve_uniform(chain, k)));
+  }
+  std::vector<double> ratios;
+  double worst_slots = 1;
+  for (int percent = 10; percent <= 100; percent += 10) {
+    const int64_t budget = store_all.peak_bytes * percent / 100;
+    if (budget < minimum) {
+      continue;
+    }
+    const double optimal_ms =
+        planner::simulate(chain, *planner::solve_optimal(chain, budget))
+            .time_ms;
+    const double fine_ms =
+        planner::simulate(chain, *planner::solve_optimal(chain, budget, {5000}))
+            .time_ms;
+    worst_slots = std::max(worst_slots, optimal_ms / fine_ms);
+    double best_uniform_ms = -1;
+    for (const auto& simulation : uniform) {
+      if (simulation.peak_bytes <= budget &&
+          (best_uniform_ms < 0 || simulation.time_ms < best_uniform_ms)) {
+        best_uniform_ms = simulation.time_ms;
+      }
+    }
+    if (best_uniform_ms > 0) {
+      ratios.push_back(optimal_ms / best_uniform_ms);
+    }
+  }
+  std::ostringstream row;
+  row << "| " << name << " | " << chain.size() << " | " << ratios.size()
+      << " | ";
+  if (ratios.empty()) {
+    row << "— | — | ";
+  } else {
+    row << fixed(geomean(ratios), 3) << " | "
+        << fixed(*std::max_element(ratios.begin(), ratios.end()), 3) << " | ";
+  }
+  row << fixed(worst_slots, 4) << " |\n";
+  std::cout << row.str() << std::flush;
+  return row.str();
+}
+
+std::string run_e2_variants(const Flags& flags) {
+  std::ostringstream md;
+  md << "Prediction only (simulate() on profiled chains, no training steps): "
+        "the optimal plan against the fastest checkpoint_sequential(k) by "
+        "predicted peak and time, at the budgets 10% ... 100% of store-all "
+        "where both fit; `500/5000 slots` = the optimal plan's predicted time "
+        "at the default 500 memory slots over 5000, worst budget.\n\n"
+     << "| chain | stages | budgets | geometric mean | worst | 500/5000 "
+        "slots |\n|---|---|---|---|---|---|\n";
+  std::cout << md.str() << std::flush;
+  const int64_t resnet_batch =
+      flags.resnet_batch > 0 ? flags.resnet_batch : (flags.quick ? 4 : 32);
+  const auto images = [&](int64_t side) {
+    return torch::randn({resnet_batch, 3, side, side});
+  };
+  const auto resnet = [](int64_t blocks) {
+    torch::manual_seed(11);
+    return remat::models::resnet_chain(
+        remat::models::ResNetChainOptions().blocks_per_stage(blocks));
+  };
+  md << predict_variant("ResNet (E2's)", resnet(2), images(32));
+  md << predict_variant(
+      "ResNet, stem split", split_children(resnet(2)), images(32));
+  md << predict_variant(
+      "ResNet, stem split, 3 blocks per stage",
+      split_children(resnet(3)),
+      images(32));
+  md << predict_variant(
+      "ResNet, stem split, 64x64 images",
+      split_children(resnet(2)),
+      images(64));
+  const int64_t mlp_batch =
+      flags.mlp_batch > 0 ? flags.mlp_batch : (flags.quick ? 64 : 256);
+  const auto widths = remat::models::varying_mlp_widths(16);
+  const auto mlp = [&](double dropout) {
+    torch::manual_seed(12);
+    return remat::models::mlp_chain(
+        remat::models::MlpChainOptions(widths).dropout(dropout));
+  };
+  const auto rows = torch::randn({mlp_batch, widths[0]});
+  md << predict_variant("MLP (E2's)", mlp(0), rows);
+  md << predict_variant(
+      "MLP, Linear and ReLU split", split_children(mlp(0)), rows);
+  md << predict_variant(
+      "MLP, split, dropout 0.1", split_children(mlp(0.1)), rows);
+  return md.str();
+}
+
 }  // namespace
 
 constexpr const char* kUsage =
-    "usage: plan_bench [--experiment E1|E2|all] [--warmup N] [--steps N]\n"
+    "usage: plan_bench [--experiment E1|E2|E2-variants|all] [--warmup N]\n"
+    "                  [--steps N]\n"
     "                  [--quick] [--e1-batch N] [--resnet-batch N]\n"
     "                  [--mlp-batch N] [--write docs/benchmarks.md]\n"
     "\n"
     "Experiments E1 and E2 of bench-protocol.md (see the top of\n"
     "bench/plan_bench.cpp). 2 threads, fp32, configurations interleaved.\n"
-    "  --experiment   E1, E2 or all (default all)\n"
+    "  --experiment   E1, E2, E2-variants or all (default all; E2-variants,\n"
+    "                 prediction only for finer and deeper E2 chains, runs\n"
+    "                 only when named)\n"
     "  --warmup N     untimed steps per configuration (default 3)\n"
     "  --steps N      timed steps per configuration, medians reported\n"
     "                 (default 10)\n"
@@ -716,8 +855,9 @@ int main(int argc, char** argv) {
     if (arg == "--experiment") {
       flags.experiment = value();
       if (flags.experiment != "E1" && flags.experiment != "E2" &&
-          flags.experiment != "all") {
-        std::cerr << "plan_bench: --experiment expects E1, E2 or all, got '"
+          flags.experiment != "E2-variants" && flags.experiment != "all") {
+        std::cerr << "plan_bench: --experiment expects E1, E2, E2-variants "
+                     "or all, got '"
                   << flags.experiment << "'\n";
         return 2;
       }
@@ -757,6 +897,14 @@ int main(int argc, char** argv) {
       const std::string body = header + run_e2(flags);
       if (!flags.write_path.empty()) {
         write_section(flags.write_path, "## E2", body);
+      }
+    }
+    if (flags.experiment == "E2-variants") {
+      const std::string body = "Run " + machine_line() + ". Command: `" +
+                               flags.command + "`.\n\n" +
+                               run_e2_variants(flags);
+      if (!flags.write_path.empty()) {
+        write_section(flags.write_path, "## E2 variants", body);
       }
     }
   } catch (const std::exception& error) {
