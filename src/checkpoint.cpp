@@ -29,6 +29,7 @@
 #include <torch/csrc/autograd/saved_variable.h>
 
 #include "checkpoint_impl.h"
+#include "compat.h"
 #include "hook_stack.h"
 #include "recompute_check.h"
 #include "remat/saved_tensor_hooks.h"
@@ -124,7 +125,7 @@ class Frame {
   CheckpointOptions options_;
   ReplayState replay_;
   std::vector<SavedVariable> input_savers_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> input_accumulators_;
+  std::vector<compat::NodePtr> input_accumulators_;
   std::vector<TensorRecord> outputs_;
   std::vector<SavedEntry> entries_;
   // State of the recomputation in progress (guarded by mutex_).

@@ -1,14 +1,17 @@
 // compat.h — the one place where remat absorbs differences between LibTorch
 // versions (private header; never included from include/remat/).
 //
-// Supported: Debian's libtorch-dev 1.13.1 (CPU) and PyTorch 2.x LibTorch (CPU
-// or CUDA). Every other source file uses only what this header exposes, so a
+// Supported: LibTorch 1.13.1 (Debian 12), 2.6.0 (Debian 13, CPU and CUDA
+// 12.4), 2.14.1 (Debian unstable; C++20) and PyTorch 2.x LibTorch (CPU or
+// CUDA). Every other source file uses only what this header exposes, so a
 // new LibTorch version means editing one section here and nothing else.
 //
 // Sections (keep each small; add new ones at the end with the same banner):
 //   1. Version test
 //   2. CPU allocator interface  (allocate() constness, copy_data())
 //   3. CUDA caching-allocator statistics (compiled only with CUDA LibTorch)
+//   4. Autocast state
+//   5. Autograd node ownership  (std::shared_ptr or c10::intrusive_ptr)
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -171,5 +174,53 @@ struct AutocastState {
     at::autocast::set_autocast_cache_enabled(cache_enabled);
   }
 };
+
+}  // namespace remat::compat
+
+// ===== 5. Autograd node ownership
+// =============================================
+//
+// 1.13 - 2.6 (checked): nodes are held by std::shared_ptr<Node>; a custom node
+//                       is created with torch::autograd::deleteNode as its
+//                       deleter (it frees a long graph without deep recursion).
+// 2.14 (checked):       Node derives from c10::intrusive_ptr_target; nodes are
+//                       held by c10::intrusive_ptr<Node> and deleteNode is gone.
+// Decided from the types themselves, not from a version number, so the
+// release in between that made the change is handled too.
+
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/function.h>
+
+namespace remat::compat {
+
+/// The pointer that owns an autograd node in this LibTorch (what Edge holds).
+using NodePtr = decltype(torch::autograd::Edge::function);
+
+/// True where nodes are intrusively reference-counted.
+inline constexpr bool kNodesAreIntrusive =
+    std::is_base_of_v<c10::intrusive_ptr_target, torch::autograd::Node>;
+
+static_assert(
+    kNodesAreIntrusive ||
+        std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>,
+    "remat: unknown ownership of torch::autograd::Node");
+
+/// Creates a custom autograd node of type T (derived from Node).
+template <class T, class... Args>
+NodePtr make_node(Args&&... args) {
+  static_assert(std::is_base_of_v<torch::autograd::Node, T>);
+  if constexpr (kNodesAreIntrusive) {
+    return c10::make_intrusive<T>(std::forward<Args>(args)...);
+  } else {
+    // deleteNode is found by argument-dependent lookup (Node's namespace), so
+    // the name is looked up only where this branch is compiled.
+    return NodePtr(
+        new T(std::forward<Args>(args)...), [](T* node) { deleteNode(node); });
+  }
+}
 
 }  // namespace remat::compat

@@ -293,6 +293,8 @@ class CpuMeter final : public MemoryMeter::Impl {
 };
 
 #if REMAT_HAS_CUDA
+class CudaMeter;
+
 // Registry of live CUDA meters per device (NOTE: [Independent peaks]).
 struct CudaRegistry {
   std::mutex mutex;

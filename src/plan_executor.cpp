@@ -50,6 +50,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/nn/modules/container/any.h>
 
+#include "compat.h"
 #include "remat/planner/simulate.h"
 #include "replay.h"
 
@@ -254,8 +255,8 @@ void run_stage_backward(torch::Tensor output, torch::Tensor grad_output) {
   // gradient travels in a root node that gives it away when it runs; the
   // engine starts that root with a zero-byte trigger tensor.
   const torch::Tensor trigger = at::empty({0}, grad_output.options());
-  auto root =
-      std::make_shared<GradientRoot>(std::move(grad_output), std::move(edge));
+  compat::NodePtr root =
+      compat::make_node<GradientRoot>(std::move(grad_output), std::move(edge));
   root->add_input_metadata(trigger);
   torch::autograd::Engine::get_default_engine().execute(
       {torch::autograd::Edge(root, 0)},
@@ -291,8 +292,7 @@ torch::Tensor run_plan(
   // the inner output stays intact for the backward of the last stage.
   torch::Tensor output = inner_output.variable_data();
   inner_output = torch::Tensor();
-  std::shared_ptr<PlanBackward> node(
-      new PlanBackward(std::move(execution)), torch::autograd::deleteNode);
+  compat::NodePtr node = compat::make_node<PlanBackward>(std::move(execution));
   node->set_next_edges(torch::autograd::collect_next_edges(input));
   torch::autograd::set_history(output, node);
   return output;
