@@ -1,42 +1,75 @@
 # The two commands of the README:
-#   make demo   install dependencies, build, run the remat tool's default demo
-#   make test   install dependencies, build, run every test (what CI runs)
-# Other targets: build, sanitize (ASan+UBSan test run), install-check, format, clean.
+#   make demo   install dependencies, build the remat tool, run its default demo
+#   make test   install dependencies, build everything, run every test (what CI runs)
+# The version matrix (Debian roots made by scripts/torch-env.sh; needs root):
+#   make test-matrix        what CI runs after `make test`: test-sid and build-trixie-cuda
+#   make test-sid           LibTorch 2.14.1 (Debian unstable): build, test, install-check
+#   make test-trixie        LibTorch 2.6.0 CPU (Debian 13): build, test, install-check
+#   make build-trixie-cuda  LibTorch 2.6.0 CUDA 12.4: compile and link every target
+# Other targets: build, install-check, sanitize (ASan+UBSan test run), format, clean.
 
 BUILD      ?= build
 BUILD_TYPE ?= Release
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
+# Installs the Debian 12 packages; empty inside the version roots, which have theirs.
+SETUP      ?= setup
+# Flags for the executables of the examples built against the installed package.
+EXAMPLES_CMAKE_ARGS ?=
 
-.PHONY: setup build demo test unit-tests install-check sanitize format clean
+.PHONY: setup configure build demo test unit-tests install-check install-check-build \
+        test-matrix test-sid test-trixie build-trixie-cuda sanitize format clean
 
 setup:
 	bash scripts/setup.sh
 
-$(BUILD)/CMakeCache.txt:
+configure: $(SETUP)
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
 
-build: setup $(BUILD)/CMakeCache.txt
+build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# Builds only what the demo runs: the planner, the runtime, the models and the tool.
+demo: configure
+	cmake --build $(BUILD) -j $(JOBS) --target remat_cli
 	$(BUILD)/tools/remat/remat train
 
 unit-tests: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # Installs into a scratch prefix and builds examples/ against it with find_package(remat).
-install-check: build
+install-check-build: build
 	rm -rf $(BUILD)/install-check
 	cmake --install $(BUILD) --prefix $(BUILD)/install-check/prefix
+	test -x $(BUILD)/install-check/prefix/bin/remat
 	cmake -S examples -B $(BUILD)/install-check/examples -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-	  -DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD)/install-check/prefix
+	  -DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD)/install-check/prefix $(EXAMPLES_CMAKE_ARGS)
 	cmake --build $(BUILD)/install-check/examples -j $(JOBS)
+
+install-check: install-check-build
 	$(BUILD)/install-check/examples/basic_checkpoint --steps 1
+	$(BUILD)/install-check/examples/plan_a_chain > /dev/null
+	$(BUILD)/install-check/prefix/bin/remat --help > /dev/null
 
 test: unit-tests install-check
 
-sanitize: setup
+# ---- the version matrix: the checkout copied into a Debian root and built there
+test-matrix: test-sid build-trixie-cuda
+
+test-sid:
+	bash scripts/torch-env.sh sid run 'make unit-tests install-check SETUP= BUILD=build-sid'
+
+test-trixie:
+	bash scripts/torch-env.sh trixie run 'make unit-tests install-check SETUP= BUILD=build-trixie'
+
+# cuDNN cannot be installed from Debian's archive here (its package downloads it), so
+# executables link with cuDNN's symbols unresolved; they cannot run without a GPU anyway.
+CUDA_LINK = -DCMAKE_EXE_LINKER_FLAGS=-Wl,--unresolved-symbols=ignore-in-shared-libs
+build-trixie-cuda:
+	bash scripts/torch-env.sh trixie-cuda run 'make install-check-build SETUP= \
+	  BUILD=build-trixie-cuda CMAKE_ARGS="$(CUDA_LINK)" EXAMPLES_CMAKE_ARGS="$(CUDA_LINK)"'
+
+sanitize: $(SETUP)
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DREMAT_SANITIZE=ON -DREMAT_BUILD_BENCH=OFF
 	cmake --build build-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure -j $(JOBS)
@@ -45,4 +78,4 @@ format:
 	git ls-files '*.h' '*.cpp' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-sid build-trixie build-trixie-cuda
