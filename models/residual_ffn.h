@@ -1,8 +1,8 @@
 // residual_ffn.h — a stack of pre-LayerNorm residual feed-forward blocks:
 //   x + Linear(hidden->dim)(Dropout(GELU(Linear(dim->hidden)(LayerNorm(x)))))
 //
-// Demo model (not the remat API); issue 2's memory model is the default
-// options (32 blocks, dim 512, hidden 2048) with a batch of 1024 rows. Each
+// Demo model (not the remat API); the checkpoint benchmark's model is the
+// default options (32 blocks, dim 512, hidden 2048) with a batch of 1024 rows. Each
 // block is one child of the returned Sequential; input and output [*, dim].
 #pragma once
 
@@ -55,7 +55,7 @@ struct ResidualFfnStackOptions {
 
 /// `blocks` ResidualFfnBlocks in a Sequential.
 ///
-/// Example: auto model = residual_ffn_stack();  // issue 2's 32-block model
+/// Example: auto model = residual_ffn_stack();  // the 32-block default
 ///          auto y = model->forward(torch::randn({1024, 512}));
 /// Throws c10::Error if blocks, dim or hidden < 1 or dropout not in [0, 1).
 torch::nn::Sequential residual_ffn_stack(

@@ -1,7 +1,7 @@
 // Tests of remat::MemoryMeter and the tracking CPU allocator: exact byte
 // counts, the raw_allocate path, frees of memory the tracker never saw,
 // multi-threaded balance, independent peaks of nested meters, unchanged
-// results, and bad input. CUDA tests end in _CUDA (skipped without a GPU).
+// results, and bad input. CUDA tests live in cuda_test.cpp.
 #include <remat/memory_meter.h>
 
 #include <gtest/gtest.h>
@@ -277,35 +277,6 @@ TEST(MemoryMeter, RejectsUnsupportedDevices) {
   if (!torch::cuda::is_available()) {
     EXPECT_THROW(remat::MemoryMeter(c10::Device(c10::kCUDA)), c10::Error);
   }
-}
-
-TEST(MemoryMeter, CountsCudaAllocationsExactly_CUDA) {
-  remat::MemoryMeter meter(c10::Device(c10::kCUDA));
-  EXPECT_TRUE(meter.device().is_cuda());
-  EXPECT_TRUE(meter.device().has_index());
-  const int64_t baseline = meter.current_bytes();
-  {
-    // 4096 bytes: a multiple of the caching allocator's 512-byte rounding.
-    auto tensor =
-        torch::empty({1024}, torch::dtype(torch::kFloat).device(torch::kCUDA));
-    EXPECT_EQ(meter.current_bytes(), baseline + 4096);
-  }
-  EXPECT_EQ(meter.current_bytes(), baseline);
-  EXPECT_EQ(meter.peak_delta_bytes(), 4096);
-  meter.reset();
-  EXPECT_EQ(meter.peak_delta_bytes(), 0);
-}
-
-TEST(MemoryMeter, NestedCudaMetersHaveIndependentPeaks_CUDA) {
-  auto options = torch::dtype(torch::kFloat).device(torch::kCUDA);
-  remat::MemoryMeter outer(c10::Device(c10::kCUDA));
-  { auto spike = torch::empty({1 << 20}, options); }
-  remat::MemoryMeter inner(c10::Device(c10::kCUDA));  // resets the device peak
-  { auto small = torch::empty({1024}, options); }
-  EXPECT_EQ(inner.peak_delta_bytes(), 4096);
-  EXPECT_EQ(outer.peak_delta_bytes(), 4 << 20);
-  inner.reset();
-  EXPECT_EQ(outer.peak_delta_bytes(), 4 << 20);
 }
 
 }  // namespace
