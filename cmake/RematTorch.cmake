@@ -12,8 +12,11 @@
 #   torch/torch.h, most of a translation unit's compile time, is then done once.
 #
 # remat_reuse_torch_headers(<target> <from>)
-#   <target> reuses <from>'s precompiled header (same compile options required),
-#   for one-file targets such as tests, where a header of their own would not pay.
+#   <target> reuses <from>'s precompiled header, for one-file targets such as
+#   tests, where a header of their own would not pay. GCC uses it only when the
+#   options match, position independence included: neither target may set
+#   POSITION_INDEPENDENT_CODE (executables get -fPIE, libraries -fPIC). A header
+#   that does not match is not an error; the target is compiled without it.
 
 include(CheckCXXSourceCompiles)
 
