@@ -7,6 +7,10 @@
 //   per-block        remat::checkpoint around every block (non-reentrant)
 //   per-block-reent  the same in Mode::kReentrant
 //   sequential(K)    remat::checkpoint_sequential with K segments
+//   planned(P%)      remat::PlannedSequential under Budget::fraction(P/100): the
+//                    optimal plan for that share of the store-all peak (the
+//                    chain is profiled once, before the rounds; --budget 0
+//                    leaves this configuration out)
 // Rounds interleave the configurations (A B C D A B C D ...); the first
 // `warmup` rounds are discarded. Each step re-seeds the RNG identically, so
 // every configuration must reproduce the baseline's gradients exactly: the
@@ -17,6 +21,7 @@
 // step ends with a device synchronisation.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -81,6 +86,11 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "measured rounds")->capture_default_str();
   app.add_option("--threads", threads, "torch threads")->capture_default_str();
   app.add_flag("--markdown", markdown, "print the table as markdown");
+  double budget_fraction = 0.5;
+  app.add_option("--budget", budget_fraction,
+                 "budget of the planned configuration, a fraction of the "
+                 "store-all peak (0: no planned configuration)")
+      ->capture_default_str();
   std::string device_name = "cpu";
   app.add_option("--device", device_name, "cpu, cuda or cuda:N")
       ->capture_default_str();
@@ -131,6 +141,28 @@ int main(int argc, char** argv) {
       });
   // Reentrant mode needs an input that requires grad to reach the parameters.
   auto x_grad = x.clone().requires_grad_(true);
+  int64_t budget_bytes = 0;
+  int64_t input_bytes = 0;
+  if (budget_fraction > 0) {
+    const auto budget = remat::Budget::fraction(budget_fraction);
+    const remat::planner::Chain chain = remat::profile_chain(model, x_grad);
+    budget_bytes = budget.resolve_bytes(chain);
+    input_bytes = chain.input_bytes();
+    const auto plan = remat::planner::solve_optimal(chain, budget_bytes);
+    if (!plan) {
+      std::cerr << "checkpoint_bench: no plan fits " << budget.to_string()
+                << " (" << budget_bytes << " bytes); the minimum is "
+                << remat::planner::min_feasible_budget_bytes(chain)
+                << " bytes\n";
+      return 2;
+    }
+    remat::PlannedSequential planned(model, *plan);
+    configs.emplace_back(
+        "planned(" + std::to_string(std::lround(budget_fraction * 100)) + "%)",
+        [planned](torch::nn::Sequential&, const torch::Tensor& in) mutable {
+          return planned->forward(in);
+        });
+  }
 
   std::vector<torch::Tensor> reference_grads;
   for (int round = 0; round < warmup + steps; ++round) {
@@ -220,6 +252,21 @@ int main(int argc, char** argv) {
         *hi - *lo,
         median(config.step_ms) / base_ms,
         config.max_grad_diff);
+  }
+  if (budget_fraction > 0) {
+    // The budget counts the chain input, which the meter does not (it exists
+    // before the step starts).
+    const auto& planned = configs.back();
+    const int64_t counted = planned.peak_bytes + input_bytes;
+    std::printf(
+        "%s: peak %.1f MB + input %.1f MB = %.1f MB against a budget of %.1f "
+        "MB: %s\n",
+        planned.name.c_str(),
+        planned.peak_bytes / 1e6,
+        input_bytes / 1e6,
+        counted / 1e6,
+        budget_bytes / 1e6,
+        counted <= budget_bytes ? "within" : "OVER");
   }
   return 0;
 }

@@ -13,6 +13,8 @@
 #   trixie-cuda  Debian 13, LibTorch 2.6.0 with CUDA 12.4 (contrib and non-free):
 #                compiles and links, cannot run without a GPU (and without cuDNN)
 #   sid          Debian unstable, LibTorch 2.14.1 (CPU; its headers need C++20)
+#   bookworm     Debian 12 with nothing but `make`: a fresh machine, on which the
+#                README's own commands must install what they need
 #
 # Roots live outside the checkout, in $REMAT_ROOTS (default /var/cache/remat/roots),
 # and are reused: `prepare` on an existing root only installs what its package list
@@ -28,7 +30,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,13p' "$0" >&2
+  sed -n '2,15p' "$0" >&2
   exit 2
 }
 
@@ -41,8 +43,9 @@ case "$variant" in
   trixie) suite=trixie components=main ;;
   trixie-cuda) suite=trixie components="main contrib non-free non-free-firmware" ;;
   sid) suite=sid components=main ;;
+  bookworm) suite=bookworm components=main ;;
   *)
-    echo "torch-env: unknown variant '$variant' (expected trixie, trixie-cuda or sid)" >&2
+    echo "torch-env: unknown variant '$variant' (expected trixie, trixie-cuda, sid or bookworm)" >&2
     exit 2
     ;;
 esac
@@ -56,6 +59,7 @@ packages=(build-essential cmake git ccache libgtest-dev googletest nlohmann-json
   libcli11-dev gnuplot-nox libopenblas0-openmp)
 case "$variant" in
   trixie | sid) packages+=(libtorch-dev) ;;
+  bookworm) packages=(make) ;;
   # find_package(Torch) needs the CUDA toolkit (nvcc, headers) besides LibTorch.
   trixie-cuda) packages+=(libtorch-cuda-dev nvidia-cuda-toolkit) ;;
 esac
