@@ -165,7 +165,7 @@ prepare() {
 run() {
   need_root
   [ $# -eq 1 ] || usage
-  [ -f "$root/.remat-packages" ] || prepare
+  prepare  # quick when the root is ready with the same package list
   log "copying the checkout to $root/work/remat"
   mkdir -p "$root/work/remat"
   # Sources are replaced; build folders (ignored by git) are kept for incremental builds.

@@ -211,8 +211,7 @@ TEST(AutoCheckpoint, MeasuredCudaPeakStaysWithinTheBudget_CUDA) {
   torch::manual_seed(3);
   torch::nn::Sequential model;
   for (int i = 0; i < 16; ++i) {
-    model->push_back(torch::nn::Sequential(
-        torch::nn::Linear(1024, 1024), torch::nn::ReLU()));
+    model->push_back(Block(torch::nn::Linear(1024, 1024), torch::nn::ReLU()));
   }
   model->to(torch::kCUDA);
   const auto input = torch::randn({4096, 1024}, on_gpu());
@@ -222,7 +221,6 @@ TEST(AutoCheckpoint, MeasuredCudaPeakStaysWithinTheBudget_CUDA) {
         remat::Budget::fraction(fraction).resolve_bytes(chain);
     auto net = remat::auto_checkpoint(
         model, input, remat::Budget::fraction(fraction));
-    model->zero_grad();
     for (auto& parameter : model->parameters()) {
       parameter.mutable_grad() = torch::zeros_like(parameter);
     }
