@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "compat.h"
 #include "remat/remat.h"
 #include "test_util.h"
 
@@ -289,7 +290,10 @@ TEST_P(Equivalence, AutocastIsReplayed) {
   auto run = [&](bool use_checkpoint) {
     layer->zero_grad();
     x.mutable_grad() = torch::Tensor();
-    at::autocast::set_cpu_enabled(true);
+    // compat::AutocastState: the setters differ between LibTorch versions.
+    auto autocast = remat::compat::AutocastState::capture();
+    autocast.cpu_enabled = true;
+    autocast.apply();
     auto y = use_checkpoint ? remat::checkpoint(
                                   [&](const torch::Tensor& in) {
                                     return torch::relu(layer(in));
@@ -297,7 +301,8 @@ TEST_P(Equivalence, AutocastIsReplayed) {
                                   x,
                                   CheckpointOptions().mode(GetParam()))
                             : torch::relu(layer(x));
-    at::autocast::set_cpu_enabled(false);
+    autocast.cpu_enabled = false;
+    autocast.apply();
     at::autocast::clear_cache();
     EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
     y.to(torch::kFloat).sum().backward();
