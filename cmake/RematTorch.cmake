@@ -22,6 +22,7 @@ include(CheckCXXSourceCompiles)
 
 function(remat_torch_cxx_standard out_var)
   if(DEFINED CACHE{REMAT_TORCH_CXX_STANDARD})
+    message(STATUS "remat: LibTorch ${Torch_VERSION} builds with C++${REMAT_TORCH_CXX_STANDARD}")
     set(${out_var} ${REMAT_TORCH_CXX_STANDARD} PARENT_SCOPE)
     return()
   endif()
