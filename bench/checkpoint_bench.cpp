@@ -7,7 +7,8 @@
 //   per-block        remat::checkpoint around every block (non-reentrant)
 //   per-block-reent  the same in Mode::kReentrant
 //   sequential(K)    remat::checkpoint_sequential with K segments
-//   planned(P%)      remat::PlannedSequential under Budget::fraction(P/100): the
+//   planned(P%)      remat::PlannedSequential under Budget::fraction(P/100):
+//   the
 //                    optimal plan for that share of the store-all peak (the
 //                    chain is profiled once, before the rounds; --budget 0
 //                    leaves this configuration out)
@@ -87,9 +88,11 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "torch threads")->capture_default_str();
   app.add_flag("--markdown", markdown, "print the table as markdown");
   double budget_fraction = 0.5;
-  app.add_option("--budget", budget_fraction,
-                 "budget of the planned configuration, a fraction of the "
-                 "store-all peak (0: no planned configuration)")
+  app.add_option(
+         "--budget",
+         budget_fraction,
+         "budget of the planned configuration, a fraction of the "
+         "store-all peak (0: no planned configuration)")
       ->capture_default_str();
   std::string device_name = "cpu";
   app.add_option("--device", device_name, "cpu, cuda or cuda:N")

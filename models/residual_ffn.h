@@ -2,8 +2,9 @@
 //   x + Linear(hidden->dim)(Dropout(GELU(Linear(dim->hidden)(LayerNorm(x)))))
 //
 // Demo model (not the remat API); the checkpoint benchmark's model is the
-// default options (32 blocks, dim 512, hidden 2048) with a batch of 1024 rows. Each
-// block is one child of the returned Sequential; input and output [*, dim].
+// default options (32 blocks, dim 512, hidden 2048) with a batch of 1024 rows.
+// Each block is one child of the returned Sequential; input and output are
+// [*, dim].
 #pragma once
 
 #include <torch/torch.h>

@@ -184,7 +184,8 @@ struct AutocastState {
 //                       is created with torch::autograd::deleteNode as its
 //                       deleter (it frees a long graph without deep recursion).
 // 2.14 (checked):       Node derives from c10::intrusive_ptr_target; nodes are
-//                       held by c10::intrusive_ptr<Node> and deleteNode is gone.
+//                       held by c10::intrusive_ptr<Node> and deleteNode is
+//                       gone.
 // Decided from the types themselves, not from a version number, so the
 // release in between that made the change is handled too.
 

@@ -506,8 +506,7 @@ TEST(RunCli, HelpOfEverySubcommandShowsDefaultsAndExitsZero) {
            {"--model", "gpt"}}) {
     EXPECT_NE(line_of(option).find(default_value), std::string::npos)
         << "train --help: expected the default '" << default_value
-        << "' on the line of " << option << ", got '" << line_of(option)
-        << "'";
+        << "' on the line of " << option << ", got '" << line_of(option) << "'";
   }
   EXPECT_EQ(run_in_process({"--help"}).exit_code, 0);
 }

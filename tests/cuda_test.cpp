@@ -1,8 +1,8 @@
 // cuda_test.cpp: remat on a CUDA device, against plain autograd and the
 // caching allocator's own counts.
 //
-// Every test here is named *_CUDA. Without a CUDA GPU the binary lists the tests
-// it skips and exits with code 77, which CTest reports as "Skipped" (the
+// Every test here is named *_CUDA. Without a CUDA GPU the binary lists the
+// tests it skips and exits with code 77, which CTest reports as "Skipped" (the
 // SKIP_RETURN_CODE of this test), so a CPU-only run says what it did not check.
 //
 // What is checked on the GPU:
@@ -49,7 +49,10 @@ torch::TensorOptions on_gpu() {
   }
   return ::testing::AssertionFailure()
          << "not bitwise equal; max abs difference "
-         << (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+         << (a.to(torch::kDouble) - b.to(torch::kDouble))
+                .abs()
+                .max()
+                .item<double>();
 }
 
 /// A Sequential that can itself be a child of a Sequential.
@@ -219,8 +222,8 @@ TEST(AutoCheckpoint, MeasuredCudaPeakStaysWithinTheBudget_CUDA) {
   for (double fraction : {0.3, 0.5, 0.8}) {
     const int64_t budget =
         remat::Budget::fraction(fraction).resolve_bytes(chain);
-    auto net = remat::auto_checkpoint(
-        model, input, remat::Budget::fraction(fraction));
+    auto net =
+        remat::auto_checkpoint(model, input, remat::Budget::fraction(fraction));
     for (auto& parameter : model->parameters()) {
       parameter.mutable_grad() = torch::zeros_like(parameter);
     }
@@ -234,7 +237,7 @@ TEST(AutoCheckpoint, MeasuredCudaPeakStaysWithinTheBudget_CUDA) {
       // The scalar loss and its seed gradient are outside the chain; the
       // budget counts the chain input.
       peak = meter.peak_delta_bytes() + chain.input_bytes() -
-          2 * static_cast<int64_t>(512);
+             2 * static_cast<int64_t>(512);
     }
     std::cout << "[ cuda     ] budget " << fraction << " = " << budget
               << " bytes, measured " << peak << " bytes\n";

@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
     filter += (filter.find('-') == std::string::npos ? "-" : ":");
     filter += "*_CUDA:*_CUDA/*:*/*_CUDA";
     ::testing::GTEST_FLAG(filter) = filter;
-    std::cout << "note: no CUDA GPU is visible; tests named *_CUDA are skipped\n";
+    std::cout
+        << "note: no CUDA GPU is visible; tests named *_CUDA are skipped\n";
   }
   torch::set_num_threads(2);
   if (at::globalContext().userEnabledMkldnn() &&
