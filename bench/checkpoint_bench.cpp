@@ -7,11 +7,10 @@
 //   per-block        remat::checkpoint around every block (non-reentrant)
 //   per-block-reent  the same in Mode::kReentrant
 //   sequential(K)    remat::checkpoint_sequential with K segments
-//   planned(P%)      remat::PlannedSequential under Budget::fraction(P/100):
-//   the
-//                    optimal plan for that share of the store-all peak (the
-//                    chain is profiled once, before the rounds; --budget 0
-//                    leaves this configuration out)
+//   planned(P%)      remat::PlannedSequential, the optimal plan under
+//                    Budget::fraction(P/100) of the store-all peak (the chain
+//                    is profiled once, before the rounds; --budget 0 leaves
+//                    this configuration out)
 // Rounds interleave the configurations (A B C D A B C D ...); the first
 // `warmup` rounds are discarded. Each step re-seeds the RNG identically, so
 // every configuration must reproduce the baseline's gradients exactly: the
