@@ -14,7 +14,6 @@
 //  - a planned Sequential under a byte budget stays within it, measured on
 //    the device.
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -25,34 +24,14 @@
 #include <torch/torch.h>
 
 #include "remat/remat.h"
+#include "test_util.h"
 
 namespace {
 
+using remat::testing::bitwise_equal;
+
 torch::TensorOptions on_gpu() {
   return torch::dtype(torch::kFloat).device(torch::kCUDA);
-}
-
-/// Bitwise equality of two CUDA tensors, with the max difference on failure.
-::testing::AssertionResult bitwise_equal(
-    const torch::Tensor& expected, const torch::Tensor& actual) {
-  if (expected.defined() != actual.defined()) {
-    return ::testing::AssertionFailure() << "one gradient is undefined";
-  }
-  if (!expected.defined()) {
-    return ::testing::AssertionSuccess();
-  }
-  const auto a = expected.detach().cpu().contiguous();
-  const auto b = actual.detach().cpu().contiguous();
-  if (a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
-      std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure()
-         << "not bitwise equal; max abs difference "
-         << (a.to(torch::kDouble) - b.to(torch::kDouble))
-                .abs()
-                .max()
-                .item<double>();
 }
 
 /// A Sequential that can itself be a child of a Sequential.

@@ -29,8 +29,9 @@ inline ::testing::AssertionResult bitwise_equal(
            << expected.scalar_type() << " vs " << actual.sizes() << " "
            << actual.scalar_type();
   }
-  auto a = expected.detach().contiguous();
-  auto b = actual.detach().contiguous();
+  // On the host, so that device tensors compare the same way.
+  auto a = expected.detach().cpu().contiguous();
+  auto b = actual.detach().cpu().contiguous();
   if (std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0) {
     return ::testing::AssertionSuccess();
   }
