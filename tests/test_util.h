@@ -2,6 +2,7 @@
 // against a reference with the maximum difference reported on failure.
 #pragma once
 
+#include <cstring>
 #include <string>
 #include <vector>
 
