@@ -59,7 +59,8 @@ Replay::Replay(const Chain& chain)
       recorded_(chain.size(), false),
       next_backward_(chain.size() - 1),
       current_bytes_(chain.input_bytes()),
-      peak_bytes_(chain.input_bytes()) {
+      peak_bytes_(chain.input_bytes()),
+      last_op_peak_bytes_(chain.input_bytes()) {
   holding_[0] = Holding::kKept;
 }
 
@@ -113,8 +114,8 @@ std::string Replay::apply(const Op& op) {
     }
     const int64_t grad_in = chain_->value_bytes(i + 1);
     const int64_t grad_out = chain_->value_bytes(i);
-    peak_bytes_ =
-        std::max(peak_bytes_, live + grad_out + cost.backward_tmp_bytes);
+    last_op_peak_bytes_ = live + grad_out + cost.backward_tmp_bytes;
+    peak_bytes_ = std::max(peak_bytes_, last_op_peak_bytes_);
     live += grad_out - grad_in - cost.saved_bytes;
     recorded_[i] = false;
     holding_[i + 1] = Holding::kAbsent;  // was kInRecord
@@ -147,7 +148,8 @@ std::string Replay::apply(const Op& op) {
   const int64_t produced = record ? cost.saved_bytes : cost.output_bytes;
   const int64_t transient =
       record ? cost.record_transient() : cost.forward_tmp_bytes;
-  peak_bytes_ = std::max(peak_bytes_, current_bytes_ + produced + transient);
+  last_op_peak_bytes_ = current_bytes_ + produced + transient;
+  peak_bytes_ = std::max(peak_bytes_, last_op_peak_bytes_);
   current_bytes_ += produced;
   switch (op.kind) {
     case OpKind::kForwardNoSave:
@@ -180,10 +182,15 @@ std::string Replay::apply(const Op& op) {
 Simulation simulate(const Chain& chain, const Plan& plan) {
   Replay replay(chain);
   Simulation result;
+  result.live_after_bytes.reserve(plan.ops.size());
+  result.op_peak_bytes.reserve(plan.ops.size());
   for (size_t k = 0; k < plan.ops.size(); ++k) {
     const Op& op = plan.ops[k];
     std::string error = replay.apply(op);
-    if (!error.empty()) {
+    if (error.empty()) {
+      result.live_after_bytes.push_back(replay.current_bytes());
+      result.op_peak_bytes.push_back(replay.last_op_peak_bytes());
+    } else {
       result.error = "op " + std::to_string(k) + " (" +
                      op_kind_letter(op.kind) + std::to_string(op.stage) +
                      "): " + error;

@@ -3,11 +3,11 @@
 // simulate() is the single definition of what a plan costs: its validity, its
 // peak bytes and its time. Every solver's claim is checked against it, and the
 // LibTorch runtime executes plans so that the measured activation peak matches
-// it. The memory model is defined in docs/planner.md ("The memory model") and
-// in the design note at the top of src/planner/simulate.cpp.
+// it. The memory model (what is live when, and the peak inside each op) is
+// defined in docs/planner.md, "The memory model".
 //
 // Replay is the same machine one op at a time, for callers that execute a plan
-// step by step (the runtime) or search over op sequences (tests).
+// step by step (the runtime, explain()) or search over op sequences (tests).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +33,12 @@ struct Simulation {
   /// op, in milliseconds. For an invalid plan: time of the ops before the
   /// error.
   double time_ms = 0;
+  /// Step by step, one entry per op applied (for an invalid plan: the ops
+  /// before the error): the live bytes after the op ...
+  std::vector<int64_t> live_after_bytes;
+  /// ... and the highest live bytes inside it (its transients included).
+  /// peak_bytes is the largest of these and input bytes.
+  std::vector<int64_t> op_peak_bytes;
 };
 
 /// Replays `plan` on `chain` and reports validity, peak bytes and time.
@@ -40,19 +46,24 @@ struct Simulation {
 /// false and error says why).
 ///
 /// Example:
+// clang-format off
 ///   Simulation sim = simulate(chain, solve_sqrt(chain));
 ///   if (!sim.valid) std::cerr << sim.error;
+// clang-format on
 Simulation simulate(const Chain& chain, const Plan& plan);
 
 /// The simulate() state machine, one op at a time. Copyable (cheap for short
-/// chains), so a search can branch on it.
+/// chains), so a search can branch on it. A Replay refers to its chain, which
+/// must outlive it (a temporary chain is refused at compile time).
 ///
 /// Example:
+// clang-format off
 ///   Replay replay(chain);
 ///   for (const Op& op : plan.ops) {
 ///     if (std::string error = replay.apply(op); !error.empty()) { ... }
 ///   }
 ///   bool done = replay.finished();
+// clang-format on
 class Replay {
  public:
   /// Where a value x_v is held.
@@ -65,6 +76,8 @@ class Replay {
 
   /// Starts before the first op: only x_0 is held.
   explicit Replay(const Chain& chain);
+  /// A Replay keeps a reference to its chain: a temporary would dangle.
+  explicit Replay(Chain&& chain) = delete;
 
   /// Applies `op`. Returns "" on success; otherwise the broken rule (without
   /// an op index prefix) and leaves the state unchanged.
@@ -80,6 +93,11 @@ class Replay {
   /// Highest live bytes so far, including transients inside ops.
   int64_t peak_bytes() const {
     return peak_bytes_;
+  }
+  /// Highest live bytes inside the last op applied (its transients
+  /// included); the input bytes before the first op.
+  int64_t last_op_peak_bytes() const {
+    return last_op_peak_bytes_;
   }
   /// Time of the ops applied so far, in milliseconds.
   double time_ms() const {
@@ -103,6 +121,7 @@ class Replay {
   int64_t next_backward_;
   int64_t current_bytes_;
   int64_t peak_bytes_;
+  int64_t last_op_peak_bytes_;
   double time_ms_ = 0;
 };
 
