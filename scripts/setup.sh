@@ -2,6 +2,10 @@
 # Installs every build and run dependency of remat from Debian 12's packages.
 # Idempotent: packages already present are skipped, and `apt-get update` runs only
 # when something is missing. Needs root (or sudo).
+#
+#   bash scripts/setup.sh          the build and run dependencies
+#   bash scripts/setup.sh bench    the same plus python3-torch, the PyTorch column of
+#                                  benchmark E6 (Python's torch.utils.checkpoint)
 set -euo pipefail
 
 packages=(
@@ -14,6 +18,12 @@ packages=(
   gnuplot-nox             # plots in `remat bench` / `remat explain`
   clang-format
 )
+for group in "$@"; do
+  case "$group" in
+    bench) packages+=(python3-torch) ;; # PyTorch 1.13.1 for /usr/bin/python3, over the same LibTorch
+    *) echo "setup: unknown group '$group' (known: bench)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
