@@ -9,11 +9,13 @@
 // its backwards run. This is exactly torch's checkpoint_sequential schedule.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "remat/planner/simulate.h"
 #include "remat/planner/solvers.h"
 
@@ -23,6 +25,12 @@ namespace {
 // REQUIRES: starts[0] == 0, strictly increasing, all < chain.size().
 Plan segment_plan(const Chain& chain, const std::vector<int64_t>& starts) {
   const int64_t n = chain.size();
+  REMAT_PLANNER_CHECK(
+      !starts.empty() && starts.front() == 0 && starts.back() < n &&
+          std::adjacent_find(
+              starts.begin(), starts.end(), std::greater_equal<>()) ==
+              starts.end(),
+      "segment starts must rise from 0 within the chain");
   const int64_t segments = static_cast<int64_t>(starts.size());
   auto segment_end = [&](int64_t k) {
     return k + 1 < segments ? starts[k + 1] : n;

@@ -1,0 +1,35 @@
+// Private: REMAT_PLANNER_CHECK, the planner's one way to state an internal
+// invariant.
+//
+// A failed check is a bug in the planner, never the caller's mistake: it
+// throws std::logic_error naming the condition, file:line and what broke, in
+// every build (assert() vanishes under NDEBUG, so a Release build would
+// carry on with a broken table or plan). Errors in what the caller passed
+// stay std::invalid_argument (or std::out_of_range) with the value received,
+// thrown where the input is read. The check is one predictable branch; the
+// message is only built on failure.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace remat::planner::detail {
+
+[[noreturn]] inline void check_failed(
+    const char* condition, const char* file, int line, const char* message) {
+  throw std::logic_error(
+      std::string("remat::planner internal error: ") + message + " (" +
+      condition + " failed at " + file + ":" + std::to_string(line) + ")");
+}
+
+}  // namespace remat::planner::detail
+
+/// Throws std::logic_error unless `condition` holds; `message` (a string
+/// literal) says which invariant broke.
+#define REMAT_PLANNER_CHECK(condition, message)     \
+  do {                                              \
+    if (__builtin_expect(!(condition), 0)) {        \
+      ::remat::planner::detail::check_failed(       \
+          #condition, __FILE__, __LINE__, message); \
+    }                                               \
+  } while (false)
