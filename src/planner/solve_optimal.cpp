@@ -1,255 +1,139 @@
 // solve_optimal, min_feasible_budget_bytes and solve_min_memory: the rotor
 // dynamic program (Beaumont et al., 2019) on the memory model of simulate.cpp
-// (NOTE: [The memory model]).
+// (NOTE: [The memory model]). The recurrence itself (segments, their options
+// and when each is feasible) is segment_recurrence.h (NOTE: [The segment
+// recurrence]); this file computes the bounds of every segment, fills the
+// time table, and walks the chosen options into a plan.
 //
-// A segment (a, b) is the work left when x_a is held by someone outside the
-// segment and the backward of stage b + 1 has run (g_{b+1} is live, except
-// for b = L - 1 where g_L only appears at the first backward): run the
-// backwards of b, ..., a. Memory m counts everything of the segment (g_{b+1},
-// the values and records it creates, the gradient it ends with) but not x_a or
-// anything outside. Its first op is a forward of stage a, one of:
-//   record:  R_a, then segment (a + 1, b) with m - saved_a, then B_a.
-//   split j (a < j <= b): C_a, N_{a+1} ... N_{j-1} (x_j is now held, loose),
-//            then segment (j, b) with m - |x_j| (its first op keeps x_j),
-//            then segment (a, j - 1) with m (x_j is gone, g_j is live).
-// time(a, b, m) = min over the feasible options; the whole chain is segment
-// (0, L - 1) with m = budget - input_bytes. Every valid plan can be reordered
-// into this form without raising its time or peak; the exhaustive test checks
-// it (tests/planner/exhaustive_test.cpp).
-//
-// Memory is counted in units: bytes (exact; min_feasible_budget_bytes) or
-// slots of unit_bytes with every size rounded UP, so a plan that fits in slots
-// fits in bytes. When every size is a multiple of a common factor that gives
-// at most SolverOptions::memory_slots slots, the slot is that factor and the
-// DP is exact (slot_bytes). The time table (segment_table.h, float) holds every
-// segment for m in [lo, max_slots]; below lo nothing fits, from hi on recording
-// everything fits and is fastest (stored as a constant tail).
+// Memory is counted in units: bytes (exact; min_feasible_budget_bytes,
+// solve_min_memory) or slots of unit_bytes with every size rounded UP, so a
+// plan that fits in slots fits in bytes. When every size is a multiple of a
+// common factor that gives at most SolverOptions::memory_slots slots, the
+// slot is that factor and the DP is exact (slot_bytes). The time table
+// (segment_table.h, float) holds every segment for m in [lo, max_slots];
+// below lo nothing fits, from hi on recording everything fits and is fastest
+// (stored as a constant tail).
 //
 // Speed (the fill is O(L^3 * slots)): the inner loop over m is a contiguous
 // min-plus update in 8-float vectors (fill_kernels.cpp: AVX2 and baseline
 // clones, bit-identical); an option stops at the first chunk of slots where
 // its lower bound can no longer win; the rows a split will read are
-// prefetched a few splits ahead; segments are filled in blocks of b so that
+// prefetched one segment ahead; segments are filled in blocks of b so that
 // rows are reused from cache; blocks are filled by SolverOptions::threads
 // threads side by side. reference_fill is the DP without any of this, for
-// the equality test (tests/planner/optimal_fill_test.cpp).
+// the equality test of the two fills (detail::optimal_time_table).
 //
 // Not supported: non-chain graphs, offloading, plans that drop a checkpoint
 // before its backward (the op set has no drop).
 #include <algorithm>
+#include <array>
 #include <atomic>
-#include <cassert>
-#include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "check.h"
 #include "fill_kernels.h"
 #include "optimal_table.h"
 #include "remat/planner/simulate.h"
 #include "remat/planner/solvers.h"
+#include "segment_recurrence.h"
 #include "segment_table.h"
 
 namespace remat::planner {
 namespace {
 
-using detail::CostRow;
+using detail::FillKind;
 using detail::kInfeasible;
 using detail::min_plus_one;
 using detail::min_plus_two;
+using detail::Recurrence;
 using detail::SegmentArray;
+using detail::SegmentCell;
 using detail::SegmentCostTable;
-using detail::SegmentInfo;
+using detail::SegmentOption;
+using detail::SplitAt;
 using detail::Time;
+using detail::UnitChain;
+using detail::UnitStage;
 
-// One stage with its sizes in memory units.
-struct UnitStage {
-  int64_t output_units = 0;
-  int64_t saved_units = 0;
-  int64_t forward_tmp_units = 0;  // kForwardNoSave and kForwardCheckpoint
-  int64_t record_tmp_units = 0;   // kForwardRecord
-  int64_t backward_tmp_units = 0;
-  double forward_ms = 0;
-  double backward_ms = 0;
-};
-
-// A chain with sizes in units of unit_bytes, rounded up.
-class UnitChain {
- public:
-  UnitChain(const Chain& chain, int64_t unit_bytes)
-      : input_units_(round_up(chain.input_bytes(), unit_bytes)) {
-    for (const StageCost& s : chain.stages()) {
-      stages_.push_back(UnitStage{
-          round_up(s.output_bytes, unit_bytes),
-          round_up(s.saved_bytes, unit_bytes),
-          round_up(s.forward_tmp_bytes, unit_bytes),
-          round_up(s.record_transient(), unit_bytes),
-          round_up(s.backward_tmp_bytes, unit_bytes),
-          s.forward_ms,
-          s.backward_ms});
-    }
-  }
-  int64_t size() const {
-    return static_cast<int64_t>(stages_.size());
-  }
-  const UnitStage& stage(int64_t i) const {
-    assert(0 <= i && i < size());
-    return stages_[i];
-  }
-  // |x_v| = |g_v| in units.
-  int64_t value_units(int64_t v) const {
-    assert(0 <= v && v <= size());
-    return v == 0 ? input_units_ : stages_[v - 1].output_units;
-  }
-  // Gradient live during the forwards of a segment ending at stage b.
-  int64_t pending_grad_units(int64_t b) const {
-    return b + 1 < size() ? value_units(b + 1) : 0;
-  }
-  // Memory of the record option's own ops (R_a and B_a) in segment (a, b).
-  int64_t record_units(int64_t a, int64_t b) const {
-    const UnitStage& s = stage(a);
-    return std::max(
-        pending_grad_units(b) + s.saved_units + s.record_tmp_units,
-        s.saved_units + value_units(a + 1) + value_units(a) +
-            s.backward_tmp_units);
-  }
-  // Memory of the forward of stage k in a split chain starting at stage a
-  // (without the pending gradient): the loose input (none for k = a, whose
-  // input is held outside), the output and the transient.
-  int64_t chain_step_units(int64_t a, int64_t k) const {
-    return (k > a ? value_units(k) : 0) + value_units(k + 1) +
-           stage(k).forward_tmp_units;
-  }
-
- private:
-  // ceil(bytes / unit_bytes), also for negative bytes (backward_tmp_bytes):
-  // every size rounds toward +inf, so a plan that fits in units fits in bytes.
-  static int64_t round_up(int64_t bytes, int64_t unit_bytes) {
-    const int64_t quotient = bytes / unit_bytes;  // rounds toward zero
-    return quotient + (bytes % unit_bytes > 0 ? 1 : 0);
-  }
-  int64_t input_units_;
-  std::vector<UnitStage> stages_;
-};
-
-// lo, hi and all_ms of every segment. O(L^3).
-SegmentArray<SegmentInfo> segment_info(const UnitChain& chain) {
+// The cells of every segment with their bounds (lo, hi, all_ms), no rows
+// yet. O(L^3). lo is the least `from` of the segment's options; hi and
+// all_ms follow "record every stage".
+SegmentArray<SegmentCell> segment_bounds(const UnitChain& chain) {
   const int64_t n = chain.size();
-  SegmentArray<SegmentInfo> info(n);
-  // The inner loop reads lo of (j, b) (contiguous in `info`, b fixed) and of
-  // (a, j - 1) (scattered there): the latter also goes into lo_by_start,
-  // row a contiguous in b. Plain arrays of the per-stage terms keep the loop
-  // free of calls.
-  std::vector<int64_t> lo_by_start(static_cast<size_t>(n * n));
-  std::vector<int64_t> value(n + 1);  // |x_v|
-  std::vector<int64_t> step_out(n);   // |x_{k+1}| + forward_tmp of stage k
-  for (int64_t v = 0; v <= n; ++v) {
-    value[v] = chain.value_units(v);
-  }
-  for (int64_t k = 0; k < n; ++k) {
-    step_out[k] = value[k + 1] + chain.stage(k).forward_tmp_units;
-  }
+  SegmentArray<SegmentCell> cells(n);
+  const Recurrence recurrence(chain, cells);
   for (int64_t b = 0; b < n; ++b) {
-    const int64_t pending = chain.pending_grad_units(b);
     for (int64_t a = b; a >= 0; --a) {
       const UnitStage& s = chain.stage(a);
-      SegmentInfo& cell = info.at(a, b);
       const int64_t own = chain.record_units(a, b);
+      SegmentCell& cell = cells.at(a, b);
       if (a == b) {
-        cell = SegmentInfo{own, own, s.forward_ms + s.backward_ms};
-        lo_by_start[a * n + b] = own;
+        cell.lo = own;
+        cell.hi = own;
+        cell.all_ms = s.forward_ms + s.backward_ms;
         continue;
       }
-      const SegmentInfo& rest = info.at(a + 1, b);
+      const SegmentCell& rest = cells.at(a + 1, b);
       cell.hi = std::max(own, s.saved_units + rest.hi);
       cell.all_ms = (s.forward_ms + s.backward_ms) + rest.all_ms;
-      int64_t lo = std::max(own, s.saved_units + rest.lo);
-      // Split j: chain forwards a .. j - 1 (chain_step_units), then (j, b)
-      // with x_j kept, then (a, j - 1).
-      const int64_t* earlier_lo = &lo_by_start[a * n];
-      int64_t step_max = step_out[a];  // k = a: the input is held outside
-      for (int64_t j = a + 1; j <= b; ++j) {
-        if (j - 1 > a) {
-          step_max = std::max(step_max, value[j - 1] + step_out[j - 1]);
-        }
-        const int64_t need = std::max(
-            std::max(pending + step_max, value[j] + info.at(j, b).lo),
-            earlier_lo[j - 1]);
-        lo = std::min(lo, need);
-      }
+      int64_t lo = std::numeric_limits<int64_t>::max();
+      recurrence.for_each_option(a, b, [&](const SegmentOption& option) {
+        lo = std::min(lo, option.from);
+      });
       cell.lo = lo;
-      lo_by_start[a * n + b] = lo;
     }
   }
-  return info;
+  return cells;
 }
 
-// One option of segment `target`: for m in [start, top], target(m) =
-// min(target(m), (constant + first(m - shift)) + second(m)), or
-// constant + first(m - shift) without a second subproblem (second == nullptr).
-// Both subproblems are non-increasing in m, so their times at max_slots
-// (CostRow::last) bound the option from below on [start, top]; it can only
-// win where the best so far is above that bound, which is a prefix of
-// [start, top] (target is non-increasing there too): the kernels stop at the
-// end of that prefix (fill_kernels.h). The bound is read from the rows'
-// metadata, which the fill reads anyway; reading the subproblems at top
-// would be tighter but costs two cache misses per option.
-// REQUIRES: start - shift >= first.lo, start >= second->lo.
-void relax(
-    const CostRow& target,
-    int64_t start,
-    int64_t top,
-    Time constant,
-    const CostRow& first,
-    int64_t shift,
-    const CostRow* second) {
-  if (start > top) {
+// The time of `option` at memory m (>= option.from), by the float expression
+// of SegmentOption. REQUIRES: the option's cells have their rows.
+Time option_time(const SegmentOption& option, int64_t m) {
+  const Time first = static_cast<Time>(option.constant_ms) +
+                     option.first->at(m - option.shift);
+  return option.is_record() ? first : first + option.second->at(m);
+}
+
+// Applies `option` to its segment's row on [option.from, computed_top]:
+// row(m) = min(row(m), option's time at m), by the kernels of
+// fill_kernels.h. The option and the row are non-increasing in m, so the
+// option's time at max_slots bounds it from below on that range; it can only
+// win where the best so far is above that bound, which is a prefix of the
+// range: the kernels stop at the end of that prefix. The bound is read from
+// the cells (SegmentCell::last), which the fill reads anyway; reading the
+// subproblems at the top would be tighter but costs two cache misses per
+// option. REQUIRES: the option's cells are the table's.
+void relax(const SegmentCostTable& table, const SegmentOption& option) {
+  const SegmentCell& target = table.row(option.a, option.b);
+  const int64_t top = table.computed_top(target);
+  if (option.from > top) {
     return;
   }
-  const Time bound = second != nullptr ? (constant + first.last) + second->last
-                                       : constant + first.last;
-  Time* best = target.at_address(start);
-  const int64_t count = top - start + 1;
-  if (second != nullptr) {
-    min_plus_two(
-        best,
-        count,
-        bound,
-        constant,
-        first.at_address(start - shift),
-        second->at_address(start));
-  } else {
-    min_plus_one(best, count, bound, constant, first.at_address(start - shift));
+  const Time constant = static_cast<Time>(option.constant_ms);
+  Time* best = target.at_address(option.from);
+  const int64_t count = top - option.from + 1;
+  const SegmentCell& first = *option.first;
+  const Time* first_times = first.at_address(option.from - option.shift);
+  if (option.is_record()) {
+    min_plus_one(best, count, constant + first.last, constant, first_times);
+    return;
   }
-}
-
-// Memory from which the record option of segment (a, b) is feasible.
-int64_t record_from(
-    const UnitChain& chain,
-    const SegmentCostTable& table,
-    int64_t a,
-    int64_t b) {
-  return std::max(
-      chain.record_units(a, b),
-      chain.stage(a).saved_units + table.row(a + 1, b).lo);
-}
-
-// Memory from which split j of segment (a, b) is feasible, given step_max,
-// the largest chain_step_units(a, k) for k < j.
-int64_t split_from(
-    const UnitChain& chain,
-    const SegmentCostTable& table,
-    int64_t a,
-    int64_t b,
-    int64_t j,
-    int64_t step_max) {
-  return std::max(
-      {chain.pending_grad_units(b) + step_max,
-       chain.value_units(j) + table.row(j, b).lo,
-       table.row(a, j - 1).lo});
+  const SegmentCell& second = *option.second;
+  min_plus_two(
+      best,
+      count,
+      (constant + first.last) + second.last,
+      constant,
+      first_times,
+      second.at_address(option.from));
 }
 
 // Segments (a, b) are filled in blocks of kBlock consecutive b (block k:
@@ -271,90 +155,55 @@ constexpr int64_t kBlock = 16;
 constexpr int64_t kPrefetchLines = 8;
 constexpr int64_t kFloatsPerLine = 64 / sizeof(Time);
 
-// Asks the cache for the first lines split j of segment (a, b) will stream.
-void prefetch_split(
-    const UnitChain& chain,
-    const SegmentCostTable& table,
-    int64_t a,
-    int64_t b,
-    int64_t j) {
-  const CostRow& later = table.row(j, b);
-  const int64_t keep = chain.value_units(j);
-  const int64_t from = std::max(keep + later.lo, table.row(a, j - 1).lo);
-  const int64_t top = table.computed_top(a, b);
-  if (from > top) {
+// Asks the cache for the first lines `split` will stream from its row (j, b).
+void prefetch_streamed_row(
+    const SegmentCostTable& table, const SegmentOption& split) {
+  const int64_t top = table.computed_top(table.row(split.a, split.b));
+  if (split.from > top) {
     return;
   }
-  const Time* start = later.at_address(from - keep);
-  const int64_t lines =
-      std::min<int64_t>(kPrefetchLines, (top - from) / kFloatsPerLine + 1);
+  const Time* start = split.first->at_address(split.from - split.shift);
+  const int64_t lines = std::min<int64_t>(
+      kPrefetchLines, (top - split.from) / kFloatsPerLine + 1);
   for (int64_t line = 0; line < lines; ++line) {
     __builtin_prefetch(start + line * kFloatsPerLine);
   }
-}
-
-// The record option of segment (a, b).
-void relax_record(
-    const UnitChain& chain,
-    const SegmentCostTable& table,
-    int64_t a,
-    int64_t b) {
-  const UnitStage& s = chain.stage(a);
-  relax(
-      table.row(a, b),
-      std::max(record_from(chain, table, a, b), table.row(a, b).lo),
-      table.computed_top(a, b),
-      static_cast<Time>(s.forward_ms + s.backward_ms),
-      table.row(a + 1, b),
-      s.saved_units,
-      nullptr);
-}
-
-// Split j of segment (a, b); chain_ms and step_max as in split_from.
-void relax_split(
-    const UnitChain& chain,
-    const SegmentCostTable& table,
-    int64_t a,
-    int64_t b,
-    int64_t j,
-    double chain_ms,
-    int64_t step_max) {
-  relax(
-      table.row(a, b),
-      split_from(chain, table, a, b, j, step_max),
-      table.computed_top(a, b),
-      static_cast<Time>(chain_ms),
-      table.row(j, b),
-      chain.value_units(j),
-      &table.row(a, j - 1));
 }
 
 // Fills the segments (a, b) with first_b <= b < end_b for one a, in the
 // order described at kBlock. REQUIRES: rows a + 1, ... of these b and rows
 // (a, b') for b' < first_b are done.
 void fill_row_of_block(
-    const UnitChain& chain,
+    const Recurrence& recurrence,
     SegmentCostTable& table,
     int64_t a,
     int64_t first_b,
     int64_t end_b) {
   const int64_t low_b = std::max(a + 1, first_b);
   for (int64_t b = low_b; b < end_b; ++b) {
-    relax_record(chain, table, a, b);
+    relax(table, recurrence.record(a, b));
   }
-  double chain_ms = 0;
-  int64_t step_max = 0;
-  for (int64_t j = a + 1; j < end_b; ++j) {
-    chain_ms += chain.stage(j - 1).forward_ms;
-    step_max = std::max(step_max, chain.chain_step_units(a, j - 1));
+  for (SplitAt split = recurrence.first_split(a); split.split() < end_b;
+       split.advance()) {
+    const int64_t j = split.split();
     if (j - 1 >= low_b) {
       table.finish_row(a, j - 1);  // it has had all its options
     }
+    // Split j of every b of the block: the options first (their cells are
+    // read together), then each relaxed while the next one's streamed row
+    // is prefetched.
+    std::array<SegmentOption, kBlock> splits;
+    REMAT_PLANNER_CHECK(
+        end_b - std::max(j, low_b) <= kBlock, "a block of more than kBlock");
+    int64_t count = 0;
     for (int64_t b = std::max(j, low_b); b < end_b; ++b) {
-      if (b + 1 < end_b) {
-        prefetch_split(chain, table, a, b + 1, j);
+      splits[count++] = recurrence.split(split, b);
+    }
+    for (int64_t k = 0; k < count; ++k) {
+      if (k + 1 < count) {
+        prefetch_streamed_row(table, splits[k + 1]);
       }
-      relax_split(chain, table, a, b, j, chain_ms, step_max);
+      relax(table, splits[k]);
     }
   }
   table.finish_row(a, end_b - 1);
@@ -386,19 +235,18 @@ class BlockProgress {
 };
 
 void fill_block(
-    const UnitChain& chain,
+    const Recurrence& recurrence,
     SegmentCostTable& table,
     int64_t k,
     BlockProgress& progress) {
-  const int64_t n = chain.size();
   const int64_t first_b = k * kBlock;
-  const int64_t end_b = std::min(n, first_b + kBlock);
+  const int64_t end_b = std::min(recurrence.chain().size(), first_b + kBlock);
   for (int64_t a = end_b - 2; a >= 0; --a) {
     progress.set_next_row(k, a);
     if (k > 0 && a < first_b) {
       progress.wait_for_row(k - 1, a);
     }
-    fill_row_of_block(chain, table, a, first_b, end_b);
+    fill_row_of_block(recurrence, table, a, first_b, end_b);
   }
   progress.set_next_row(k, -1);
 }
@@ -408,13 +256,13 @@ void fill_block(
 // operations in the same order whatever the thread count, so the table (and
 // the plan) does not depend on it.
 void fill_table(
-    const UnitChain& chain, SegmentCostTable& table, int64_t threads) {
-  const int64_t blocks = (chain.size() + kBlock - 1) / kBlock;
+    const Recurrence& recurrence, SegmentCostTable& table, int64_t threads) {
+  const int64_t blocks = (recurrence.chain().size() + kBlock - 1) / kBlock;
   threads = std::max<int64_t>(1, std::min(threads, blocks));
   BlockProgress progress(blocks);
   const auto work = [&](int64_t t) {
     for (int64_t k = t; k < blocks; k += threads) {
-      fill_block(chain, table, k, progress);
+      fill_block(recurrence, table, k, progress);
     }
   };
   std::vector<std::thread> helpers;
@@ -428,148 +276,122 @@ void fill_table(
 }
 
 // The DP's definition, for tests: every option at every m of [from, top],
-// the same float expressions as the kernels, no pruning, plain loops.
-void reference_fill(const UnitChain& chain, SegmentCostTable& table) {
-  const int64_t n = chain.size();
+// option_time's float expression (the kernels' own), no pruning, plain loops.
+void reference_fill(const Recurrence& recurrence, SegmentCostTable& table) {
+  const int64_t n = recurrence.chain().size();
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t a = b - 1; a >= 0; --a) {
-      const CostRow& target = table.row(a, b);
-      const int64_t top = table.computed_top(a, b);
-      const UnitStage& s = chain.stage(a);
-      const CostRow& rest = table.row(a + 1, b);
-      const Time record_ms = static_cast<Time>(s.forward_ms + s.backward_ms);
-      for (int64_t m = std::max(record_from(chain, table, a, b), target.lo);
-           m <= top;
-           ++m) {
-        Time& best = *target.at_address(m);
-        best = std::min(best, record_ms + rest.at(m - s.saved_units));
-      }
-      double chain_ms = 0;
-      int64_t step_max = 0;
-      for (int64_t j = a + 1; j <= b; ++j) {
-        chain_ms += chain.stage(j - 1).forward_ms;
-        step_max = std::max(step_max, chain.chain_step_units(a, j - 1));
-        const CostRow& later = table.row(j, b);
-        const CostRow& earlier = table.row(a, j - 1);
-        const int64_t keep = chain.value_units(j);
-        for (int64_t m = split_from(chain, table, a, b, j, step_max); m <= top;
-             ++m) {
+      const SegmentCell& target = table.row(a, b);
+      const int64_t top = table.computed_top(target);
+      recurrence.for_each_option(a, b, [&](const SegmentOption& option) {
+        for (int64_t m = option.from; m <= top; ++m) {
           Time& best = *target.at_address(m);
-          best = std::min(
-              best,
-              (static_cast<Time>(chain_ms) + later.at(m - keep)) +
-                  earlier.at(m));
+          best = std::min(best, option_time(option, m));
         }
-      }
+      });
     }
   }
 }
 
-void emit_record_all(int64_t a, int64_t b, Plan& plan) {
-  for (int64_t i = a; i <= b; ++i) {
-    plan.ops.push_back({OpKind::kForwardRecord, i});
+// NOTE: [The chain walk]
+// A plan is read off the recurrence top down: segment (0, L - 1) at the
+// memory of the budget; each segment either records every stage (it fits
+// store-all) or takes one option, which emits its own ops around the plans
+// of its subsegments at the memory the option leaves them. A chooser decides
+// per segment: the fastest option (from the table) or the first option of
+// least memory (from the bounds alone).
+template <typename Choose>
+void walk(
+    const Recurrence& recurrence,
+    int64_t a,
+    int64_t b,
+    int64_t m,
+    const Choose& choose,
+    Plan& plan) {
+  REMAT_PLANNER_CHECK(
+      m >= recurrence.cell(a, b).lo, "the walk gave a segment too little");
+  const std::optional<SegmentOption> option = choose(a, b, m);
+  if (!option) {
+    for (int64_t i = a; i <= b; ++i) {
+      plan.ops.push_back({OpKind::kForwardRecord, i});
+    }
+    for (int64_t i = b; i >= a; --i) {
+      plan.ops.push_back({OpKind::kBackward, i});
+    }
+    return;
   }
-  for (int64_t i = b; i >= a; --i) {
-    plan.ops.push_back({OpKind::kBackward, i});
+  REMAT_PLANNER_CHECK(m >= option->from, "the chosen option does not fit");
+  if (option->is_record()) {
+    plan.ops.push_back({OpKind::kForwardRecord, a});
+    walk(recurrence, a + 1, b, m - option->shift, choose, plan);
+    plan.ops.push_back({OpKind::kBackward, a});
+    return;
   }
-}
-
-void emit_split_chain(int64_t a, int64_t j, Plan& plan) {
+  const int64_t j = option->split;
   plan.ops.push_back({OpKind::kForwardCheckpoint, a});
   for (int64_t k = a + 1; k < j; ++k) {
     plan.ops.push_back({OpKind::kForwardNoSave, k});
   }
+  walk(recurrence, j, b, m - option->shift, choose, plan);
+  walk(recurrence, a, j - 1, m, choose, plan);
 }
 
-// Appends the fastest plan of segment (a, b) at memory m: the first option,
-// in the fill's order, whose time (the fill's float expression) is the least.
-void emit_fastest(
-    const UnitChain& chain,
-    const SegmentArray<SegmentInfo>& info,
-    const SegmentCostTable& table,
-    int64_t a,
-    int64_t b,
-    int64_t m,
-    Plan& plan) {
-  const SegmentInfo& cell = info.at(a, b);
-  assert(m >= cell.lo);
-  if (m >= cell.hi) {
-    emit_record_all(a, b, plan);
-    return;
-  }
-  assert(a < b);
-  const UnitStage& s = chain.stage(a);
-  Time best = kInfeasible;
-  int64_t best_split = -1;  // -1: the record option
-  if (m >= record_from(chain, table, a, b)) {
-    best = static_cast<Time>(s.forward_ms + s.backward_ms) +
-           table.row(a + 1, b).at(m - s.saved_units);
-  }
-  double chain_ms = 0;
-  int64_t step_max = 0;
-  for (int64_t j = a + 1; j <= b; ++j) {
-    chain_ms += chain.stage(j - 1).forward_ms;
-    step_max = std::max(step_max, chain.chain_step_units(a, j - 1));
-    if (m < split_from(chain, table, a, b, j, step_max)) {
-      continue;
+// The fastest plan of the whole chain at max_slots: per segment, record
+// everything from hi on, else the first option, in the fill's order, whose
+// time (the fill's float expression) is the least.
+Plan fastest_plan(const Recurrence& recurrence, const SegmentCostTable& table) {
+  const auto fastest = [&](int64_t a, int64_t b, int64_t m) {
+    std::optional<SegmentOption> best;
+    if (m >= recurrence.cell(a, b).hi) {
+      return best;
     }
-    const Time value = (static_cast<Time>(chain_ms) +
-                        table.row(j, b).at(m - chain.value_units(j))) +
-                       table.row(a, j - 1).at(m);
-    if (value < best) {
-      best = value;
-      best_split = j;
-    }
-  }
-  assert(best < kInfeasible);
-  if (best_split < 0) {
-    plan.ops.push_back({OpKind::kForwardRecord, a});
-    emit_fastest(chain, info, table, a + 1, b, m - s.saved_units, plan);
-    plan.ops.push_back({OpKind::kBackward, a});
-    return;
-  }
-  const int64_t j = best_split;
-  emit_split_chain(a, j, plan);
-  emit_fastest(chain, info, table, j, b, m - chain.value_units(j), plan);
-  emit_fastest(chain, info, table, a, j - 1, m, plan);
+    Time best_time = kInfeasible;
+    recurrence.for_each_option(a, b, [&](const SegmentOption& option) {
+      if (m < option.from) {
+        return;
+      }
+      const Time time = option_time(option, m);
+      if (!best || time < best_time) {
+        best_time = time;
+        best = option;
+      }
+    });
+    REMAT_PLANNER_CHECK(best.has_value(), "no option fits above lo");
+    return best;
+  };
+  Plan plan;
+  walk(
+      recurrence,
+      0,
+      recurrence.chain().size() - 1,
+      table.max_slots(),
+      fastest,
+      plan);
+  return plan;
 }
 
-// Appends a plan of segment (a, b) needing exactly info.at(a, b).lo.
-void emit_min_memory(
-    const UnitChain& chain,
-    const SegmentArray<SegmentInfo>& info,
-    int64_t a,
-    int64_t b,
-    Plan& plan) {
-  const int64_t lo = info.at(a, b).lo;
-  if (a == b) {
-    emit_record_all(a, b, plan);
-    return;
-  }
-  const UnitStage& s = chain.stage(a);
-  if (std::max(
-          chain.record_units(a, b), s.saved_units + info.at(a + 1, b).lo) ==
-      lo) {
-    plan.ops.push_back({OpKind::kForwardRecord, a});
-    emit_min_memory(chain, info, a + 1, b, plan);
-    plan.ops.push_back({OpKind::kBackward, a});
-    return;
-  }
-  int64_t step_max = 0;
-  for (int64_t j = a + 1; j <= b; ++j) {
-    step_max = std::max(step_max, chain.chain_step_units(a, j - 1));
-    const int64_t need = std::max(
-        {chain.pending_grad_units(b) + step_max,
-         chain.value_units(j) + info.at(j, b).lo,
-         info.at(a, j - 1).lo});
-    if (need == lo) {
-      emit_split_chain(a, j, plan);
-      emit_min_memory(chain, info, j, b, plan);
-      emit_min_memory(chain, info, a, j - 1, plan);
-      return;
+// A plan of the whole chain that needs exactly its lo: per segment, the
+// first option whose `from` is the segment's lo, each segment at its own lo
+// (whatever more memory the walk leaves it).
+Plan min_memory_plan(const Recurrence& recurrence) {
+  const auto least = [&](int64_t a, int64_t b, int64_t /*m*/) {
+    std::optional<SegmentOption> first;
+    if (a == b) {
+      return first;
     }
-  }
-  assert(false && "segment lo matches no option");
+    const int64_t lo = recurrence.cell(a, b).lo;
+    recurrence.for_each_option(a, b, [&](const SegmentOption& option) {
+      if (!first && option.from == lo) {
+        first = option;
+      }
+    });
+    REMAT_PLANNER_CHECK(first.has_value(), "segment lo matches no option");
+    return first;
+  };
+  const int64_t last = recurrence.chain().size() - 1;
+  Plan plan;
+  walk(recurrence, 0, last, recurrence.cell(0, last).lo, least, plan);
+  return plan;
 }
 
 // Threads for fill_table: options.threads, or one per hardware thread but
@@ -618,18 +440,74 @@ int64_t slot_bytes(
   return factor >= even_split ? factor : even_split;
 }
 
+// solve_optimal's DP at one budget, set up: the chain in slots and, when
+// the whole chain fits in the slots, the table (not yet filled) on the
+// cells of every segment.
+class SlotDp {
+ public:
+  SlotDp(const Chain& chain, int64_t budget_bytes, const SolverOptions& options)
+      : unit_bytes_(slot_bytes(chain, budget_bytes, options)),
+        units_(chain, unit_bytes_) {
+    const int64_t max_slots =
+        (budget_bytes - chain.input_bytes()) / unit_bytes_;
+    SegmentArray<SegmentCell> cells = segment_bounds(units_);
+    if (cells.at(0, units_.size() - 1).lo <= max_slots) {
+      table_.emplace(std::move(cells), max_slots);
+    }
+  }
+
+  // False when the sizes rounded up to slots leave no plan within the
+  // budget (exactly, in bytes, one may fit).
+  bool fits() const {
+    return table_.has_value();
+  }
+  // REQUIRES: fits().
+  void fill(FillKind kind, int64_t threads) {
+    REMAT_PLANNER_CHECK(fits(), "no table to fill");
+    const Recurrence recurrence(units_, table_->cells());
+    if (kind == FillKind::kFiltered) {
+      fill_table(recurrence, *table_, threads);
+    } else {
+      reference_fill(recurrence, *table_);
+    }
+  }
+  // REQUIRES: fill() has run.
+  Plan fastest_plan() const {
+    REMAT_PLANNER_CHECK(fits(), "no table to read");
+    return planner::fastest_plan(Recurrence(units_, table_->cells()), *table_);
+  }
+  // Every stored time, segments in table order, m ascending.
+  std::vector<double> times() const {
+    std::vector<double> times;
+    if (!table_) {
+      return times;
+    }
+    for (int64_t b = 0; b < units_.size(); ++b) {
+      for (int64_t a = 0; a <= b; ++a) {
+        const SegmentCell& row = table_->row(a, b);
+        times.insert(times.end(), row.times, row.times + row.count);
+      }
+    }
+    return times;
+  }
+
+ private:
+  int64_t unit_bytes_;
+  UnitChain units_;
+  std::optional<SegmentCostTable> table_;
+};
+
 }  // namespace
 
 int64_t min_feasible_budget_bytes(const Chain& chain) {
   const UnitChain bytes(chain, 1);
-  return chain.input_bytes() + segment_info(bytes).at(0, chain.size() - 1).lo;
+  return chain.input_bytes() + segment_bounds(bytes).at(0, chain.size() - 1).lo;
 }
 
 Plan solve_min_memory(const Chain& chain) {
   const UnitChain bytes(chain, 1);
-  Plan plan;
-  emit_min_memory(bytes, segment_info(bytes), 0, chain.size() - 1, plan);
-  return plan;
+  const SegmentArray<SegmentCell> cells = segment_bounds(bytes);
+  return min_memory_plan(Recurrence(bytes, cells));
 }
 
 std::optional<Plan> solve_optimal(
@@ -667,21 +545,16 @@ std::optional<Plan> solve_optimal(
   if (budget_bytes <= chain.input_bytes()) {
     return fastest_that_fits_bytes();
   }
-  const int64_t unit_bytes = slot_bytes(chain, budget_bytes, options);
-  const int64_t max_slots = (budget_bytes - chain.input_bytes()) / unit_bytes;
-  const UnitChain units(chain, unit_bytes);
-  const int64_t last = chain.size() - 1;
-  const SegmentArray<SegmentInfo> info = segment_info(units);
-  if (info.at(0, last).lo > max_slots) {
-    // Sizes rounded up to slots do not fit; exactly, in bytes, they may.
+  SlotDp dp(chain, budget_bytes, options);
+  if (!dp.fits()) {
     return fastest_that_fits_bytes();
   }
-  SegmentCostTable table(info, max_slots);
-  fill_table(units, table, fill_threads(chain, options));
-  Plan plan;
-  emit_fastest(units, info, table, 0, last, max_slots, plan);
-  assert(simulate(chain, plan).valid);
-  assert(simulate(chain, plan).peak_bytes <= budget_bytes);
+  dp.fill(FillKind::kFiltered, fill_threads(chain, options));
+  Plan plan = dp.fastest_plan();
+  const Simulation check = simulate(chain, plan);
+  REMAT_PLANNER_CHECK(check.valid, "the optimal plan is not valid");
+  REMAT_PLANNER_CHECK(
+      check.peak_bytes <= budget_bytes, "the optimal plan exceeds the budget");
   return plan;
 }
 
@@ -693,33 +566,16 @@ std::vector<double> optimal_time_table(
     int64_t memory_slots,
     FillKind kind,
     int64_t threads) {
-  const SolverOptions options{memory_slots, threads};
   if (budget_bytes >= simulate(chain, solve_store_all(chain)).peak_bytes ||
       budget_bytes < min_feasible_budget_bytes(chain)) {
     return {};
   }
-  const int64_t unit_bytes = slot_bytes(chain, budget_bytes, options);
-  const int64_t max_slots = (budget_bytes - chain.input_bytes()) / unit_bytes;
-  const UnitChain units(chain, unit_bytes);
-  const int64_t n = chain.size();
-  const SegmentArray<SegmentInfo> info = segment_info(units);
-  if (info.at(0, n - 1).lo > max_slots) {
+  SlotDp dp(chain, budget_bytes, SolverOptions{memory_slots, threads});
+  if (!dp.fits()) {
     return {};
   }
-  SegmentCostTable table(info, max_slots);
-  if (kind == FillKind::kFiltered) {
-    fill_table(units, table, threads);
-  } else {
-    reference_fill(units, table);
-  }
-  std::vector<double> times;
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t a = 0; a <= b; ++a) {
-      const CostRow& row = table.row(a, b);
-      times.insert(times.end(), row.data, row.data + row.count);
-    }
-  }
-  return times;
+  dp.fill(kind, threads);
+  return dp.times();
 }
 
 }  // namespace detail

@@ -1,0 +1,288 @@
+// Private: the recurrence of solve_optimal's dynamic program, written once.
+// Everything that asks "which options does segment (a, b) have, from which
+// memory is each feasible, what does it cost" asks Recurrence: the bounds
+// pass (segment_bounds), the table fills (pruned and reference), and the
+// walk that turns a choice per segment into a plan.
+//
+// NOTE: [The segment recurrence]
+// A segment (a, b) is the work left when x_a is held by someone outside the
+// segment and the backward of stage b + 1 has run (g_{b+1} is live, except
+// for b = L - 1 where g_L only appears at the first backward): run the
+// backwards of b, ..., a. Memory m counts everything of the segment (g_{b+1},
+// the values and records it creates, the gradient it ends with) but not x_a or
+// anything outside. Its first op is a forward of stage a, one of:
+//   record:  R_a, then segment (a + 1, b) with m - saved_a, then B_a.
+//   split j (a < j <= b): C_a, N_{a+1} ... N_{j-1} (x_j is now held, loose),
+//            then segment (j, b) with m - |x_j| (its first op keeps x_j),
+//            then segment (a, j - 1) with m (x_j is gone, g_j is live).
+// time(a, b, m) = min over the feasible options, in this order (record, then
+// j ascending; ties go to the earlier); the whole chain is segment (0, L - 1)
+// with m = budget - input_bytes. A segment of one stage (a == b) has only
+// "record": it is the base case, held in the bounds. Every valid plan can be
+// reordered into this form without raising its time or peak; the exhaustive
+// test against all op sequences checks it.
+//
+// Memory is counted in units (bytes, or slots with every size rounded up;
+// UnitChain) and each option is feasible from a least memory (`from`) that
+// only depends on the units and on the least memory (lo) of its
+// subsegments, so the same Recurrence serves the bounds pass (which writes lo
+// as it goes, segments in order of b, a descending) and everything after it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "check.h"
+#include "remat/planner/chain.h"
+#include "segment_table.h"
+
+namespace remat::planner::detail {
+
+/// One stage with its sizes in memory units.
+struct UnitStage {
+  int64_t output_units = 0;
+  int64_t saved_units = 0;
+  int64_t forward_tmp_units = 0;  ///< kForwardNoSave and kForwardCheckpoint
+  int64_t record_tmp_units = 0;   ///< kForwardRecord
+  int64_t backward_tmp_units = 0;
+  double forward_ms = 0;
+  double backward_ms = 0;
+};
+
+/// A chain with sizes in units of unit_bytes, rounded up: a plan that fits
+/// in units fits in bytes.
+class UnitChain {
+ public:
+  UnitChain(const Chain& chain, int64_t unit_bytes)
+      : size_(chain.size()),
+        input_units_(round_up(chain.input_bytes(), unit_bytes)) {
+    for (const StageCost& s : chain.stages()) {
+      stages_.push_back(UnitStage{
+          round_up(s.output_bytes, unit_bytes),
+          round_up(s.saved_bytes, unit_bytes),
+          round_up(s.forward_tmp_bytes, unit_bytes),
+          round_up(s.record_transient(), unit_bytes),
+          round_up(s.backward_tmp_bytes, unit_bytes),
+          s.forward_ms,
+          s.backward_ms});
+    }
+  }
+  int64_t size() const {
+    return size_;
+  }
+  const UnitStage& stage(int64_t i) const {
+    REMAT_PLANNER_CHECK(
+        static_cast<uint64_t>(i) < static_cast<uint64_t>(size_),
+        "stage outside the chain");
+    return stages_[i];
+  }
+  /// |x_v| = |g_v| in units.
+  int64_t value_units(int64_t v) const {
+    REMAT_PLANNER_CHECK(
+        static_cast<uint64_t>(v) <= static_cast<uint64_t>(size_),
+        "value outside the chain");
+    return v == 0 ? input_units_ : stages_[v - 1].output_units;
+  }
+  /// Gradient live during the forwards of a segment ending at stage b.
+  int64_t pending_grad_units(int64_t b) const {
+    return b + 1 < size() ? value_units(b + 1) : 0;
+  }
+  /// Memory of the record option's own ops (R_a and B_a) in segment (a, b).
+  int64_t record_units(int64_t a, int64_t b) const {
+    const UnitStage& s = stage(a);
+    return std::max(
+        pending_grad_units(b) + s.saved_units + s.record_tmp_units,
+        s.saved_units + value_units(a + 1) + value_units(a) +
+            s.backward_tmp_units);
+  }
+  /// Memory of the forward of stage k in a split's forwards from stage a
+  /// (without the pending gradient): the loose input (none for k = a, whose
+  /// input is held outside), the output and the transient.
+  int64_t chain_step_units(int64_t a, int64_t k) const {
+    return (k > a ? value_units(k) : 0) + value_units(k + 1) +
+           stage(k).forward_tmp_units;
+  }
+
+ private:
+  // ceil(bytes / unit_bytes), also for negative bytes (backward_tmp_bytes):
+  // every size rounds toward +inf.
+  static int64_t round_up(int64_t bytes, int64_t unit_bytes) {
+    const int64_t quotient = bytes / unit_bytes;  // rounds toward zero
+    return quotient + (bytes % unit_bytes > 0 ? 1 : 0);
+  }
+  int64_t size_;
+  int64_t input_units_;
+  std::vector<UnitStage> stages_;
+};
+
+/// Split j of the segments that start at a, for j = a + 1, a + 2, ...
+/// (advance()): the part of the option that does not depend on the
+/// segment's last stage b. That is the forwards C_a, N_{a+1}, ..., N_{j-1}
+/// it runs first, the value x_j it keeps, and the subsegment (a, j - 1) it
+/// runs last; so one walk over j serves every b (the fill relies on this).
+class SplitAt {
+ public:
+  /// Split a + 1 (the forward of stage a alone). REQUIRES: chain and cells
+  /// outlive it; the lo of (a, j - 1) is final for every j it reaches.
+  SplitAt(
+      const UnitChain& chain, const SegmentArray<SegmentCell>& cells, int64_t a)
+      : chain_(&chain),
+        cells_(&cells),
+        first_(a),
+        split_(a + 1),
+        forward_ms_(chain.stage(a).forward_ms),
+        peak_units_(chain.chain_step_units(a, a)),
+        kept_units_(chain.value_units(a + 1)),
+        earlier_(&cells.at(a, a)) {}
+  /// Moves on to split j + 1. REQUIRES: j < chain size.
+  void advance() {
+    peak_units_ =
+        std::max(peak_units_, chain_->chain_step_units(first_, split_));
+    forward_ms_ += chain_->stage(split_).forward_ms;
+    ++split_;
+    kept_units_ = chain_->value_units(split_);
+    earlier_ = &cells_->at(first_, split_ - 1);
+  }
+  /// a: the forwards start with stage a.
+  int64_t first() const {
+    return first_;
+  }
+  /// j: the forwards end with x_j held.
+  int64_t split() const {
+    return split_;
+  }
+  /// Time of the forwards a, ..., j - 1, summed in that order.
+  double forward_ms() const {
+    return forward_ms_;
+  }
+  /// The highest memory of any of them, without the pending gradient.
+  int64_t peak_units() const {
+    return peak_units_;
+  }
+  /// |x_j|, held while segment (j, b) runs.
+  int64_t kept_units() const {
+    return kept_units_;
+  }
+  /// The cell of segment (a, j - 1), which runs last.
+  const SegmentCell& earlier() const {
+    return *earlier_;
+  }
+
+ private:
+  const UnitChain* chain_;
+  const SegmentArray<SegmentCell>* cells_;
+  int64_t first_;
+  int64_t split_;
+  double forward_ms_;
+  int64_t peak_units_;
+  int64_t kept_units_;
+  const SegmentCell* earlier_;
+};
+
+/// One option of segment (a, b) (NOTE: [The segment recurrence]), with the
+/// cells of the subsegments it hands on. Its time at memory m >= from is, in
+/// this float expression (the fills and the walk must agree to the bit):
+///   record:  constant_ms + first(m - shift)             first = (a + 1, b)
+///   split j: (constant_ms + first(m - shift)) + second(m)
+///                                       first = (j, b), second = (a, j - 1)
+struct SegmentOption {
+  static constexpr int64_t kRecord = -1;
+
+  int64_t a = 0;
+  int64_t b = 0;
+  /// j of "split at j", or kRecord.
+  int64_t split = kRecord;
+  /// Least memory (units) at which the option is feasible.
+  int64_t from = 0;
+  /// The option's own time: forward and backward of stage a (record), the
+  /// forwards a, ..., j - 1 (split j). Cast to Time where it is added.
+  double constant_ms = 0;
+  /// Memory the option holds while its first subsegment runs: saved_a
+  /// (record) or |x_j| (split j).
+  int64_t shift = 0;
+  /// The subsegment that runs first, at m - shift.
+  const SegmentCell* first = nullptr;
+  /// The split's subsegment that runs second, at m; nullptr for a record.
+  const SegmentCell* second = nullptr;
+
+  bool is_record() const {
+    return split == kRecord;
+  }
+};
+
+/// The options of every segment and their feasibility, reading the least
+/// memory of subsegments from `cells` (the bounds pass's cells as it writes
+/// them, or a SegmentCostTable's: the same lo).
+class Recurrence {
+ public:
+  /// REQUIRES: chain and cells outlive the Recurrence; the lo of every
+  /// subsegment an option reads is final.
+  Recurrence(const UnitChain& chain, const SegmentArray<SegmentCell>& cells)
+      : chain_(&chain), cells_(&cells) {}
+
+  const UnitChain& chain() const {
+    return *chain_;
+  }
+  const SegmentCell& cell(int64_t a, int64_t b) const {
+    return cells_->at(a, b);
+  }
+
+  /// The record option of segment (a, b). REQUIRES: a < b (a one-stage
+  /// segment is the base case; the cell lookup of (a + 1, b) checks it).
+  SegmentOption record(int64_t a, int64_t b) const {
+    const UnitStage& s = chain_->stage(a);
+    SegmentOption option;
+    option.a = a;
+    option.b = b;
+    option.first = &cells_->at(a + 1, b);
+    option.from =
+        std::max(chain_->record_units(a, b), s.saved_units + option.first->lo);
+    option.constant_ms = s.forward_ms + s.backward_ms;
+    option.shift = s.saved_units;
+    return option;
+  }
+
+  /// Split j = split.split() of segment (split.first(), b), starting at
+  /// split j = a + 1 (advance() for the next).
+  SplitAt first_split(int64_t a) const {
+    return SplitAt(*chain_, *cells_, a);
+  }
+
+  /// Split `split` of segment (split.first(), b). REQUIRES: j <= b (the
+  /// cell lookup of (j, b) checks it).
+  SegmentOption split(const SplitAt& split, int64_t b) const {
+    SegmentOption option;
+    option.a = split.first();
+    option.b = b;
+    option.split = split.split();
+    option.shift = split.kept_units();
+    option.first = &cells_->at(split.split(), b);
+    option.second = &split.earlier();
+    option.from = std::max(
+        {chain_->pending_grad_units(b) + split.peak_units(),
+         option.shift + option.first->lo,
+         option.second->lo});
+    option.constant_ms = split.forward_ms();
+    return option;
+  }
+
+  /// Calls visit(option) for every option of segment (a, b), a < b, in the
+  /// recurrence's order: record, then split j = a + 1, ..., b.
+  template <typename Visit>
+  void for_each_option(int64_t a, int64_t b, Visit&& visit) const {
+    visit(record(a, b));
+    for (SplitAt split = first_split(a);; split.advance()) {
+      visit(this->split(split, b));
+      if (split.split() == b) {
+        return;
+      }
+    }
+  }
+
+ private:
+  const UnitChain* chain_;
+  const SegmentArray<SegmentCell>* cells_;
+};
+
+}  // namespace remat::planner::detail
