@@ -4,8 +4,7 @@
 // input (input_bytes), x_{i+1} is the output of stage i (output_bytes of stage
 // i). A Chain is immutable and validated once at construction, so solvers and
 // simulate() never see negative, non-finite or overflowing costs.
-// See docs/planner.md and the design note at the top of
-// src/planner/simulate.cpp for how these numbers are used.
+// How these numbers are used: docs/planner.md ("The memory model").
 #pragma once
 
 #include <cstdint>
@@ -18,8 +17,10 @@ namespace remat::planner {
 /// measures). All byte fields are >= 0; times are finite and >= 0.
 ///
 /// Example:
+// clang-format off
 ///   StageCost linear{/*forward_ms=*/0.2, /*backward_ms=*/0.4,
 ///                    /*output_bytes=*/4096, /*saved_bytes=*/4096};
+// clang-format on
 struct StageCost {
   /// Forward time of the stage with nothing recorded, in milliseconds.
   double forward_ms = 0;
@@ -61,9 +62,11 @@ struct StageCost {
 /// A validated, immutable chain of stage costs.
 ///
 /// Example:
+// clang-format off
 ///   Chain chain({StageCost{1, 2, 100, 150}, StageCost{1, 2, 100, 100}},
 ///               /*input_bytes=*/100);
 ///   int64_t n = chain.size();  // 2
+// clang-format on
 class Chain {
  public:
   /// Throws std::invalid_argument, naming the stage index and the field, if

@@ -1,11 +1,13 @@
 // remat/planner/json.h: JSON for chains and plans, with round-trip.
 //
+// clang-format off
 // Chain: {"input_bytes": 100, "stages": [{"forward_ms": 1.5,
 //   "backward_ms": 3, "output_bytes": 100, "saved_bytes": 150,
 //   "forward_tmp_bytes": 0, "backward_tmp_bytes": 0,
 //   "record_tmp_bytes": 0}, ...]}  (record_tmp_bytes is optional)
 // Plan:  {"ops": [{"kind": "forward_record", "stage": 0},
 //   {"kind": "backward", "stage": 0}]}
+// clang-format on
 // Kinds: "forward_no_save", "forward_checkpoint", "forward_record",
 // "backward". Every field but record_tmp_bytes is required (absent: unset, the
 // recorded forward's transient is forward_tmp_bytes); unknown fields are
@@ -33,7 +35,9 @@ std::string to_json(const Chain& chain);
 /// Chain's constructor rejects. Never throws anything else.
 ///
 /// Example:
+// clang-format off
 ///   Chain chain = chain_from_json(R"({"input_bytes": 8, "stages": [...]})");
+// clang-format on
 Chain chain_from_json(std::string_view json);
 
 /// Writes `plan` as JSON (format at the top of this header).

@@ -5,12 +5,15 @@
 // chain it is for; simulate() rejects ops whose stage is out of range.
 //
 // Text form (stable; Plan::to_string and plan_from_string):
+// clang-format off
 //   plan  := "" | op (" " op)*
 //   op    := kind index
 //   kind  := "N" (kForwardNoSave) | "C" (kForwardCheckpoint)
 //          | "R" (kForwardRecord) | "B" (kBackward)
 //   index := "0" | [1-9][0-9]*          (a stage index, fits int64)
-// Example: "C0 N1 R2 B2 R0 R1 B1 B0".
+// Example:
+//   "C0 N1 R2 B2 R0 R1 B1 B0"
+// clang-format on
 #pragma once
 
 #include <cstdint>
@@ -20,7 +23,8 @@
 
 namespace remat::planner {
 
-/// The four operations of the rotor model (design.md, "The cost model").
+/// The four operations of the rotor model (docs/planner.md, "Ops and text
+/// form").
 enum class OpKind {
   /// Run stage i without recording; keep only its output x_{i+1}. Its input
   /// x_i is dropped unless something else holds it (a checkpoint, a record,
@@ -51,8 +55,10 @@ bool operator!=(const Op& lhs, const Op& rhs);
 /// A sequence of operations; see the text grammar at the top of this header.
 ///
 /// Example:
+// clang-format off
 ///   Plan plan = solve_store_all(chain);
 ///   std::cout << plan.to_string();  // "R0 R1 B1 B0" for two stages
+// clang-format on
 struct Plan {
   /// The operations, executed in order.
   std::vector<Op> ops;
@@ -76,7 +82,9 @@ const char* op_kind_name(OpKind kind);
 /// if `text` does not follow the grammar at the top of this header.
 ///
 /// Example:
+// clang-format off
 ///   Plan plan = plan_from_string("R0 R1 B1 B0");
+// clang-format on
 Plan plan_from_string(std::string_view text);
 
 }  // namespace remat::planner

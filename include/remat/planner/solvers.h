@@ -16,22 +16,25 @@ namespace remat::planner {
 
 /// Options of solve_optimal.
 struct SolverOptions {
-  /// Number of slots the budget (minus the chain input) is divided into. Each
-  /// size is rounded up to whole slots, so plans never exceed the budget;
-  /// more slots: closer to the exact optimum, slower (time and table memory
-  /// grow linearly). With slots >= budget_bytes the solve is exact; see
-  /// solve_optimal for when fewer slots are exact too.
-  /// Default: 500. REQUIRES: >= 1.
+  /// Memory resolution: the number of slots the budget (minus the chain
+  /// input) is divided into. Plans never exceed the budget whatever the
+  /// count; more slots: closer to the exact optimum, slower (time and table
+  /// memory grow linearly). Exact when >= budget_bytes - input_bytes (and
+  /// in the cases docs/planner.md lists). Default: 500. REQUIRES: >= 1.
   int64_t memory_slots = 500;
-  /// Threads that fill the DP table (the calling thread is one of them);
-  /// 0: one per hardware thread (std::thread::hardware_concurrency()), but
-  /// only one per 48 stages (short chains solve in about a millisecond on
-  /// one). The plan does not depend on it. Default: 0. REQUIRES: >= 0.
+  /// Threads that fill the DP table, the calling thread included; 0: chosen
+  /// from the chain length and std::thread::hardware_concurrency() (see
+  /// docs/planner.md). The plan does not depend on it. Default: 0.
+  /// REQUIRES: >= 0.
   int64_t threads = 0;
 };
 
 /// Records every stage, then runs every backward: fastest, most memory.
-/// Example: "R0 R1 R2 B2 B1 B0" for three stages.
+///
+/// Example:
+// clang-format off
+///   solve_store_all(chain3).to_string() == "R0 R1 R2 B2 B1 B0"  // 3 stages
+// clang-format on
 Plan solve_store_all(const Chain& chain);
 
 /// torch.utils.checkpoint.checkpoint_sequential semantics: segments of
@@ -41,7 +44,10 @@ Plan solve_store_all(const Chain& chain);
 /// kForwardRecord right before its backwards. `segments` > L is treated as L.
 /// Throws std::invalid_argument if segments < 1.
 ///
-/// Example: solve_uniform(chain4, 2) == "C0 N1 R2 R3 B3 B2 R0 R1 B1 B0".
+/// Example:
+// clang-format off
+///   solve_uniform(chain4, 2).to_string() == "C0 N1 R2 R3 B3 B2 R0 R1 B1 B0"
+// clang-format on
 Plan solve_uniform(const Chain& chain, int64_t segments);
 
 /// Chen et al. (2016) sqrt(L) checkpointing: solve_uniform with
@@ -56,23 +62,23 @@ Plan solve_sqrt(const Chain& chain);
 /// Throws std::invalid_argument if budget_bytes <= 0.
 std::optional<Plan> solve_chen_greedy(const Chain& chain, int64_t budget_bytes);
 
-/// The optimal plan under a byte budget: the dynamic program of Beaumont et
-/// al. (rotor, 2019) over (first stage, last stage, memory slots) with all
-/// three forward kinds. Optimal up to the rounding of sizes to slots. Exact
-/// when options.memory_slots >= budget_bytes - input_bytes, and also when
-/// every byte size of the chain is a multiple of some f with
-/// budget_bytes - input_bytes <= options.memory_slots * f (the slot is then
-/// their greatest common divisor; activations of one shape share a factor). The
-/// simulated peak of the result is <= budget_bytes. Returns std::nullopt
-/// exactly when budget_bytes < min_feasible_budget_bytes(chain) (if rounding
-/// leaves no plan but the budget is feasible, the minimum-memory plan is
-/// returned). At a budget >= the store-all peak, returns
-/// solve_store_all(chain). Throws std::invalid_argument if budget_bytes <= 0 or
-/// options.memory_slots < 1.
+/// The fastest plan under a byte budget: the rotor dynamic program
+/// (Beaumont et al., 2019) over all three forward kinds, optimal up to the
+/// rounding of sizes to options.memory_slots slots (how it works and when it
+/// is exact: see docs/planner.md). The simulated peak of the result is
+/// <= budget_bytes. Returns solve_store_all(chain) when budget_bytes >= its
+/// peak, and std::nullopt exactly when budget_bytes <
+/// min_feasible_budget_bytes(chain); when rounding leaves no plan but the
+/// budget is feasible, returns solve_min_memory(chain). The plan does not
+/// depend on options.threads.
+/// Throws std::invalid_argument if budget_bytes <= 0,
+/// options.memory_slots < 1 or options.threads < 0.
 ///
 /// Example:
+// clang-format off
 ///   std::optional<Plan> plan = solve_optimal(chain, 64 << 20);
 ///   if (!plan) { /* the budget is below min_feasible_budget_bytes(chain) */ }
+// clang-format on
 std::optional<Plan> solve_optimal(
     const Chain& chain,
     int64_t budget_bytes,
