@@ -1,14 +1,20 @@
 // solve_optimal's DP fill (pruned by bounds, vectorized in AVX2/baseline
 // clones, src/planner/fill_kernels.cpp, filled by 1-3 threads) against the
 // plain definition of the DP: on seeded random chains, budgets and slot
-// counts, both fills give bit-identical tables.
+// counts, both fills give bit-identical tables. Also the private pieces the
+// fill stands on: its tables' accessors and REMAT_PLANNER_CHECK, which must
+// throw in every build (this file is compiled as Release too).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <utility>
 
+#include "check.h"
 #include "optimal_table.h"
+#include "segment_table.h"
 #include "test_chains.h"
 
 namespace remat::planner {
@@ -62,6 +68,45 @@ TEST(OptimalFill, MatchesReferenceFillOnRandomChains) {
     }
   }
   EXPECT_GT(compared_tables, kChains);  // most draws fill a table
+}
+
+TEST(PlannerCheck, ThrowsLogicErrorNamingConditionPlaceAndMessage) {
+  const int two = 2;
+  try {
+    REMAT_PLANNER_CHECK(two + two == 5, "arithmetic broke");
+    FAIL() << "REMAT_PLANNER_CHECK did not throw";
+  } catch (const std::logic_error& error) {
+    const std::string what = error.what();
+    EXPECT_NE(what.find("two + two == 5"), std::string::npos) << what;
+    EXPECT_NE(what.find("optimal_fill_test.cpp:"), std::string::npos) << what;
+    EXPECT_NE(what.find("arithmetic broke"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(REMAT_PLANNER_CHECK(two + two == 4, "arithmetic holds"));
+}
+
+TEST(SegmentTable, AccessorsThrowOutsideTheirBounds) {
+  detail::SegmentArray<detail::SegmentCell> cells(3);
+  EXPECT_NO_THROW(cells.at(0, 2));
+  EXPECT_THROW(cells.at(2, 1), std::logic_error);   // a > b
+  EXPECT_THROW(cells.at(-1, 1), std::logic_error);  // a < 0
+  EXPECT_THROW(cells.at(1, 3), std::logic_error);   // b past the chain
+  for (int64_t b = 0; b < 3; ++b) {
+    for (int64_t a = 0; a <= b; ++a) {
+      detail::SegmentCell& cell = cells.at(a, b);
+      cell.lo = 2 + a;
+      cell.hi = 4;
+      cell.all_ms = 1.5;
+    }
+  }
+  const detail::SegmentCostTable table(std::move(cells), /*max_slots=*/5);
+  const detail::SegmentCell& row = table.row(0, 2);  // m in [2, 5]
+  EXPECT_EQ(row.at(1), detail::kInfeasible);         // below lo
+  EXPECT_EQ(row.at(2), detail::kInfeasible);         // [lo, hi): to compute
+  EXPECT_EQ(row.at(5), 1.5f);                        // store-all from hi
+  EXPECT_THROW(row.at(6), std::logic_error);         // above max_slots
+  EXPECT_THROW(row.at_address(1), std::logic_error);
+  EXPECT_THROW(row.at_address(6), std::logic_error);
+  EXPECT_EQ(table.computed_top(row), 3);
 }
 
 }  // namespace
