@@ -32,8 +32,8 @@
 #include "compat.h"
 #include "hook_stack.h"
 #include "recompute_check.h"
+#include "recompute_context.h"
 #include "remat/saved_tensor_hooks.h"
-#include "replay.h"
 
 namespace remat {
 namespace detail {
@@ -58,7 +58,7 @@ struct StopRecompute {};
 
 class Frame {
  public:
-  Frame(Function fn, CheckpointOptions options, ReplayState replay)
+  Frame(Function fn, CheckpointOptions options, RecomputeContext replay)
       : fn_(std::move(fn)),
         options_(std::move(options)),
         replay_(std::move(replay)) {}
@@ -123,7 +123,7 @@ class Frame {
 
   Function fn_;
   CheckpointOptions options_;
-  ReplayState replay_;
+  RecomputeContext replay_;
   std::vector<SavedVariable> input_savers_;
   std::vector<compat::NodePtr> input_accumulators_;
   std::vector<TensorRecord> outputs_;
@@ -238,7 +238,7 @@ variable_list checkpoint_nonreentrant(
     const CheckpointOptions& options) {
   install_engine();
   auto frame = std::make_shared<Frame>(
-      fn, options, ReplayState(inputs, options.preserve_rng_state()));
+      fn, options, RecomputeContext(inputs, options.preserve_rng_state()));
   frame->save_inputs(inputs);
   HookStackGuard hooks(
       std::make_shared<FrameHookFactory<ForwardHooks, std::shared_ptr<Frame>>>(

@@ -22,7 +22,7 @@
 
 #include "checkpoint_impl.h"
 #include "recompute_check.h"
-#include "replay.h"
+#include "recompute_context.h"
 
 namespace remat::detail {
 namespace {
@@ -34,13 +34,13 @@ using torch::autograd::variable_list;
 /// context as a capsule.
 struct ReentrantState : torch::CustomClassHolder {
   ReentrantState(
-      remat::Function fn, CheckpointOptions options, ReplayState replay)
+      remat::Function fn, CheckpointOptions options, RecomputeContext replay)
       : fn(std::move(fn)),
         options(std::move(options)),
         replay(std::move(replay)) {}
   remat::Function fn;
   CheckpointOptions options;
-  ReplayState replay;
+  RecomputeContext replay;
   std::vector<TensorRecord> outputs;
 };
 
@@ -127,7 +127,7 @@ variable_list checkpoint_reentrant(
         "none). Use Mode::kNonReentrant, or make an input require grad");
   }
   auto state = c10::make_intrusive<ReentrantState>(
-      fn, options, ReplayState(inputs, options.preserve_rng_state()));
+      fn, options, RecomputeContext(inputs, options.preserve_rng_state()));
   return ReentrantCheckpoint::apply(state, at::TensorList(inputs));
 }
 

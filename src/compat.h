@@ -127,7 +127,7 @@ inline c10::DeviceIndex cuda_current_device() {
 //             get_autocast_dtype(DeviceType), ...); the old ones are
 //             deprecated.
 // Checkpoint recomputation captures and re-applies the whole state
-// (NOTE: [Recompute and RNG] in replay.h).
+// (NOTE: [Recompute and RNG] in recompute_context.h).
 
 #include <ATen/autocast_mode.h>
 

@@ -27,12 +27,12 @@
 // freed after the backward of stage L-1 exactly as the model says (a
 // torch::autograd::Function would keep a copy for the whole backward).
 //
-// RNG and module state (NOTE: [Recompute and RNG] in replay.h): the first
-// forward of each stage captures a ReplayState (RNG states as plain bytes, so
-// nothing extra is counted by the tracking allocator; autocast); every later
-// forward of that stage replays it under a RecomputeGuard that restores the
-// stage module's buffers afterwards, so dropout masks repeat and BatchNorm
-// running statistics are updated once per step.
+// RNG and module state (NOTE: [Recompute and RNG] in recompute_context.h): the
+// first forward of each stage captures a RecomputeContext (RNG states as plain
+// bytes, so nothing extra is counted by the tracking allocator; autocast);
+// every later forward of that stage replays it under a RecomputeGuard that
+// restores the stage module's buffers afterwards, so dropout masks repeat and
+// BatchNorm running statistics are updated once per step.
 #include "plan_executor.h"
 
 #include <memory>
@@ -51,8 +51,8 @@
 #include <torch/nn/modules/container/any.h>
 
 #include "compat.h"
+#include "recompute_context.h"
 #include "remat/planner/simulate.h"
-#include "replay.h"
 
 namespace remat::detail {
 namespace {
@@ -182,7 +182,7 @@ class PlanExecution {
   std::vector<std::shared_ptr<torch::nn::Module>> modules_;
   std::vector<torch::Tensor> values_;  // x_v while held, else undefined
   std::vector<StageRecord> records_;   // R_i while recorded
-  std::vector<std::optional<ReplayState>> first_forward_;  // RNG, autocast
+  std::vector<std::optional<RecomputeContext>> first_forward_;  // RNG, autocast
   torch::Tensor grad_;  // the gradient in flight
 };
 

@@ -5,8 +5,8 @@
 // it. In training (grad mode on, and the input or some parameter requiring
 // grad) forward() executes the plan's forward phase and returns the output;
 // backward executes the rest of the plan: recomputations and per-stage
-// backwards, holding exactly the values the memory model holds (NOTE:
-// [The memory model] in src/planner/simulate.cpp), so the measured activation
+// backwards, holding exactly the values the memory model holds (see
+// docs/planner.md, "The memory model"), so the measured activation
 // peak plus the input bytes is what planner::simulate() predicts for the
 // chain profile_chain() measured. Gradients equal those of the plain
 // Sequential (bitwise on CPU for deterministic ops): every recomputation
@@ -40,40 +40,14 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include "remat/budget.h"
 #include "remat/planner/chain.h"
+#include "remat/planner/explain.h"
 #include "remat/planner/plan.h"
 #include "remat/planner/solvers.h"
 #include "remat/profile.h"
 
 namespace remat {
-
-/// A memory budget for activations, in bytes or relative to the store-all
-/// (no checkpointing) simulated peak. Budgets count what planner::simulate()
-/// counts: the chain input x_0 included.
-///
-/// Example:
-///   auto net = remat::auto_checkpoint(model, sample, Budget::fraction(0.5));
-///   auto net2 = remat::auto_checkpoint(model, sample, Budget::bytes(64 <<
-///   20));
-struct Budget {
-  /// An absolute budget. Throws c10::Error unless budget_bytes > 0.
-  static Budget bytes(int64_t budget_bytes);
-  /// `fraction` of the store-all simulated peak of the profiled chain.
-  /// Throws c10::Error unless 0 < fraction and fraction is finite.
-  static Budget fraction(double fraction);
-
-  /// The budget in bytes for `chain` (fractions are rounded down).
-  int64_t resolve_bytes(const planner::Chain& chain) const;
-  /// "123456 bytes" or "50% of the store-all peak".
-  std::string to_string() const;
-
-  /// True for Budget::fraction.
-  bool is_fraction = false;
-  /// The absolute budget (when !is_fraction).
-  int64_t budget_bytes = 0;
-  /// The fraction of the store-all peak (when is_fraction).
-  double budget_fraction = 0;
-};
 
 /// What PlannedSequential does when the input shape differs from
 /// PlannedSequentialOptions::input_shape.
@@ -104,10 +78,12 @@ struct PlannedSequentialOptions {
 /// clone() deep-copies it.
 ///
 /// Example:
+// clang-format off
 ///   auto chain = remat::profile_chain(model, sample);
 ///   auto plan = remat::planner::solve_optimal(chain, 512LL << 20);
 ///   remat::PlannedSequential net(model, *plan);
 ///   net->forward(x).sum().backward();     // gradients land in model's params
+// clang-format on
 ///
 /// Throws c10::Error (constructor) if `sequential` is null or empty, or the
 /// plan is not valid for a chain of sequential->size() stages (the message
@@ -167,8 +143,24 @@ struct AutoCheckpointOptions {
   TORCH_ARG(ShapePolicy, on_shape_change) = ShapePolicy::kError;
 };
 
-/// Profiles `model` on `sample`, solves the optimal plan within `budget` and
-/// wraps the model: the fastest schedule the planner knows within the budget.
+/// The optimal plan for `chain` within `budget`: planner::solve_optimal at
+/// budget.resolve_bytes(chain) bytes with `solver`'s options.
+///
+/// Throws c10::Error if that is below planner::min_feasible_budget_bytes of
+/// `chain`; the message states the minimum and the requested budget in bytes.
+///
+/// Example:
+// clang-format off
+///   auto chain = remat::profile_chain(model, sample);
+///   remat::PlannedSequential net(model, remat::plan_within(chain, Budget::parse("50%")));
+// clang-format on
+planner::Plan plan_within(
+    const planner::Chain& chain,
+    const Budget& budget,
+    const planner::SolverOptions& solver = {});
+
+/// Profiles `model` on `sample`, then plan_within(chain, budget) and wraps
+/// the model: the fastest schedule the planner knows within the budget.
 /// The result expects inputs of sample's shape (see ShapePolicy).
 ///
 /// Throws c10::Error if the budget is below planner::min_feasible_budget_bytes
@@ -176,22 +168,18 @@ struct AutoCheckpointOptions {
 /// budget in bytes. Other errors as profile_chain.
 ///
 /// Example:
-///   auto net = remat::auto_checkpoint(model, sample, Budget::fraction(0.5));
-///   auto loss = net->forward(x).sum();
-///   loss.backward();
+// clang-format off
+///   auto net = remat::auto_checkpoint(model, sample, Budget::parse("50%"));
+///   net->forward(x).sum().backward();
+// clang-format on
 PlannedSequential auto_checkpoint(
     torch::nn::Sequential model,
     const torch::Tensor& sample,
     Budget budget,
     const AutoCheckpointOptions& options = {});
 
-/// A readable report of `plan` on `chain`: one row per stage (what it keeps,
-/// its bytes, how often it is run forward), then one row per op with the
-/// predicted live and peak bytes over the step, then the predicted peak and
-/// time next to store-all's. An invalid plan is reported, not thrown.
-///
-/// Example:
-///   std::cout << remat::explain(chain, *plan);
-std::string explain(const planner::Chain& chain, const planner::Plan& plan);
+/// The plan report; defined in the torch-free planner (remat/planner/explain.h)
+/// and usable as remat::explain(chain, plan).
+using planner::explain;
 
 }  // namespace remat

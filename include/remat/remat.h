@@ -8,6 +8,7 @@
 // remat/planner.h             the torch-free planner (remat::planner)
 #pragma once
 
+#include "remat/budget.h"
 #include "remat/checkpoint.h"
 #include "remat/memory_meter.h"
 #include "remat/planned_sequential.h"

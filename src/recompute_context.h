@@ -1,12 +1,12 @@
-// replay.h (private): what a recomputation must reproduce, and the guard that
-// reproduces it.
+// recompute_context.h (private): what a recomputation must reproduce, and the
+// guard that reproduces it.
 //
 // NOTE: [Recompute and RNG]
 // A checkpointed region runs twice: once in forward, once in backward. For the
 // two runs to be the same computation (dropout masks included), the second
-// must start from the RNG state the first started from. `ReplayState` captures,
-// at forward time, the CPU generator's state and the state of the CUDA
-// generator of every device among the region's inputs, plus the autocast
+// must start from the RNG state the first started from. `RecomputeContext`
+// captures, at forward time, the CPU generator's state and the state of the
+// CUDA generator of every device among the region's inputs, plus the autocast
 // state. `RecomputeGuard` installs them for the recomputation and restores the
 // ambient RNG and autocast state afterwards, even on error, so user code after
 // backward sees the RNG stream as if no recomputation had happened.
@@ -31,11 +31,12 @@
 namespace remat::detail {
 
 /// The state a recomputation replays, captured at forward time.
-class ReplayState {
+class RecomputeContext {
  public:
   /// Captures RNG state (if `preserve_rng`) for CPU and the CUDA devices of
   /// `inputs`, and the autocast state.
-  ReplayState(const torch::autograd::variable_list& inputs, bool preserve_rng);
+  RecomputeContext(
+      const torch::autograd::variable_list& inputs, bool preserve_rng);
 
  private:
   friend class RecomputeGuard;
@@ -58,14 +59,14 @@ class ReplayState {
 class RecomputeGuard {
  public:
   RecomputeGuard(
-      const ReplayState& replay,
+      const RecomputeContext& replay,
       const std::vector<std::shared_ptr<torch::nn::Module>>& modules);
   ~RecomputeGuard();
   RecomputeGuard(const RecomputeGuard&) = delete;
   RecomputeGuard& operator=(const RecomputeGuard&) = delete;
 
  private:
-  std::vector<ReplayState::GeneratorState> ambient_rng_;
+  std::vector<RecomputeContext::GeneratorState> ambient_rng_;
   compat::AutocastState ambient_autocast_;
   c10::AutoGradMode grad_mode_{true};
   std::vector<std::pair<at::Tensor, at::Tensor>> buffer_backups_;

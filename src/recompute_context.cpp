@@ -1,7 +1,7 @@
-// replay.cpp: capture and replay of RNG, autocast and module-buffer state
-// around recomputation. See NOTE: [Recompute and RNG] and
-// NOTE: [Recompute and module state] in replay.h.
-#include "replay.h"
+// recompute_context.cpp: capture and replay of RNG, autocast and module-buffer
+// state around recomputation. See NOTE: [Recompute and RNG] and NOTE:
+// [Recompute and module state] in recompute_context.h.
+#include "recompute_context.h"
 
 #include <ATen/Context.h>
 #include <ATen/Functions.h>
@@ -22,7 +22,7 @@ at::Generator mutable_generator(c10::Device device) {
 
 }  // namespace
 
-ReplayState::ReplayState(
+RecomputeContext::RecomputeContext(
     const torch::autograd::variable_list& inputs, bool preserve_rng)
     : autocast_(compat::AutocastState::capture()) {
   if (!preserve_rng) {
@@ -41,7 +41,7 @@ ReplayState::ReplayState(
   }
 }
 
-ReplayState::GeneratorState ReplayState::capture(
+RecomputeContext::GeneratorState RecomputeContext::capture(
     const at::Generator& generator) {
   at::Generator handle = generator;
   std::lock_guard<std::mutex> lock(handle.mutex());
@@ -50,7 +50,7 @@ ReplayState::GeneratorState ReplayState::capture(
   return {handle, std::vector<uint8_t>(begin, begin + state.numel())};
 }
 
-void ReplayState::restore(GeneratorState& saved) {
+void RecomputeContext::restore(GeneratorState& saved) {
   std::lock_guard<std::mutex> lock(saved.generator.mutex());
   // from_blob wraps the bytes without allocating.
   saved.generator.set_state(at::from_blob(
@@ -60,12 +60,12 @@ void ReplayState::restore(GeneratorState& saved) {
 }
 
 RecomputeGuard::RecomputeGuard(
-    const ReplayState& replay,
+    const RecomputeContext& replay,
     const std::vector<std::shared_ptr<torch::nn::Module>>& modules)
     : ambient_autocast_(compat::AutocastState::capture()) {
   for (auto saved : replay.rng_states_) {
-    ambient_rng_.push_back(ReplayState::capture(saved.generator));
-    ReplayState::restore(saved);
+    ambient_rng_.push_back(RecomputeContext::capture(saved.generator));
+    RecomputeContext::restore(saved);
   }
   replay.autocast_.apply();
   {
@@ -91,7 +91,7 @@ RecomputeGuard::~RecomputeGuard() {
   }
   ambient_autocast_.apply();
   for (auto& saved : ambient_rng_) {
-    ReplayState::restore(saved);
+    RecomputeContext::restore(saved);
   }
 }
 

@@ -1,0 +1,92 @@
+// remat/budget.h: a memory budget for activations.
+//
+// A budget is none, a number of bytes, or a fraction of the store-all peak.
+// 100% -- the store-all peak -- is what planner::simulate() predicts for
+// planner::solve_store_all() on the chain profile_chain() measured: the
+// activation peak of a training step without checkpointing, the chain input
+// included. Every budget counts those same bytes (simulate()'s units); the
+// loss computed from the chain output is outside the chain and not counted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "remat/planner/chain.h"
+
+namespace remat {
+
+/// A memory budget for activations (see the top of this header). Values are
+/// made only by the validating constructors below; the default is none.
+///
+/// Example:
+// clang-format off
+///   auto net = remat::auto_checkpoint(model, sample, Budget::parse("50%"));
+///   auto tight = remat::auto_checkpoint(model, sample, Budget::bytes(64 << 20));
+// clang-format on
+struct Budget {
+ public:
+  enum class Kind {
+    kNone,      ///< no limit: keep everything (no checkpointing)
+    kBytes,     ///< an absolute number of bytes
+    kFraction,  ///< a fraction of the store-all peak
+  };
+
+  /// No budget (the default).
+  Budget() = default;
+  /// No budget: resolves to the store-all peak.
+  static Budget none();
+  /// An absolute budget. Throws c10::Error unless budget_bytes > 0.
+  static Budget bytes(int64_t budget_bytes);
+  /// `fraction` of the store-all peak. Throws c10::Error unless
+  /// 0 < fraction <= 1.
+  static Budget fraction(double fraction);
+  /// Parses the text form users type (case-insensitive; blanks around the
+  /// number and unit are allowed):
+  ///   "none"
+  ///   a percentage of the store-all peak in (0%, 100%]:   "50%", "12.5%"
+  ///   bytes, a whole positive number after scaling, <= 1 EiB: "1000000",
+  ///     "300MB" (B, KB, MB, GB, TB: powers of 1000), "512MiB", "1.5GiB"
+  ///     (KiB, MiB, GiB, TiB: powers of 1024)
+  /// Throws c10::Error naming the text received and what was expected, e.g.
+  /// for "10XB": ... got "10XB" (unknown unit "XB") ...
+  static Budget parse(const std::string& text);
+
+  Kind kind() const {
+    return kind_;
+  }
+  bool is_none() const {
+    return kind_ == Kind::kNone;
+  }
+  bool is_fraction() const {
+    return kind_ == Kind::kFraction;
+  }
+  /// The bytes of a Kind::kBytes budget; 0 otherwise.
+  int64_t budget_bytes() const {
+    return bytes_;
+  }
+  /// The fraction of a Kind::kFraction budget (0.5 for "50%"); 0 otherwise.
+  double budget_fraction() const {
+    return fraction_;
+  }
+
+  /// The budget in bytes for `chain`: the bytes; the fraction of the
+  /// store-all peak rounded down (at least 1); the store-all peak for none.
+  int64_t resolve_bytes(const planner::Chain& chain) const;
+  /// "none", "50% of the store-all peak" or "512 MiB (536870912 bytes)".
+  std::string to_string() const;
+
+  bool operator==(const Budget& other) const {
+    return kind_ == other.kind_ && bytes_ == other.bytes_ &&
+           fraction_ == other.fraction_;
+  }
+  bool operator!=(const Budget& other) const {
+    return !(*this == other);
+  }
+
+ private:
+  Kind kind_ = Kind::kNone;
+  int64_t bytes_ = 0;
+  double fraction_ = 0;
+};
+
+}  // namespace remat

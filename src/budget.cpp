@@ -1,0 +1,199 @@
+// budget.cpp: Budget's constructors, its text grammar and its resolution
+// against a chain.
+#include "remat/budget.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include <c10/util/Exception.h>
+
+#include "remat/planner/simulate.h"
+#include "remat/planner/solvers.h"
+#include "remat/planner/units.h"
+
+namespace remat {
+namespace {
+
+constexpr double kMaxBytes = 1152921504606846976.0;  // 2^60 = 1 EiB
+
+std::string lowercase(std::string text) {
+  for (char& c : text) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return text;
+}
+
+std::string trim(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) {
+    return "";
+  }
+  const size_t last = text.find_last_not_of(" \t\r\n");
+  return text.substr(first, last - first + 1);
+}
+
+/// Bytes per unit (lowercase), or 0 for an unknown unit.
+double unit_multiplier(const std::string& unit) {
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1.0},
+      {"b", 1.0},
+      {"kb", 1e3},
+      {"mb", 1e6},
+      {"gb", 1e9},
+      {"tb", 1e12},
+      {"kib", 1024.0},
+      {"mib", 1024.0 * 1024},
+      {"gib", 1024.0 * 1024 * 1024},
+      {"tib", 1024.0 * 1024 * 1024 * 1024},
+  };
+  for (const auto& [name, multiplier] : kUnits) {
+    if (unit == name) {
+      return multiplier;
+    }
+  }
+  return 0;
+}
+
+[[noreturn]] void reject(const std::string& text, const std::string& why) {
+  TORCH_CHECK(
+      false,
+      "remat::Budget::parse: expected bytes (512MiB, 1GiB, 300MB, 1000000), "
+      "a percentage of the store-all peak in (0%, 100%] (50%) or \"none\", "
+      "got \"",
+      text,
+      "\" (",
+      why,
+      ")");
+  std::abort();  // unreachable: TORCH_CHECK(false) throws
+}
+
+}  // namespace
+
+Budget Budget::none() {
+  return Budget();
+}
+
+Budget Budget::bytes(int64_t budget_bytes) {
+  TORCH_CHECK(
+      budget_bytes > 0,
+      "remat::Budget::bytes: expected a positive number of bytes, got ",
+      budget_bytes);
+  Budget budget;
+  budget.kind_ = Kind::kBytes;
+  budget.bytes_ = budget_bytes;
+  return budget;
+}
+
+Budget Budget::fraction(double fraction) {
+  TORCH_CHECK(
+      fraction > 0 && fraction <= 1,
+      "remat::Budget::fraction: expected a fraction of the store-all peak in "
+      "(0, 1], got ",
+      fraction);
+  Budget budget;
+  budget.kind_ = Kind::kFraction;
+  budget.fraction_ = fraction;
+  return budget;
+}
+
+Budget Budget::parse(const std::string& text) {
+  const std::string trimmed = trim(text);
+  if (trimmed.empty()) {
+    reject(text, "empty");
+  }
+  if (lowercase(trimmed) == "none") {
+    return Budget::none();
+  }
+  if (trimmed[0] == '-') {
+    reject(text, "a budget must be positive");
+  }
+  // The number: digits with at most one decimal point.
+  size_t end = 0;
+  bool seen_point = false;
+  bool seen_digit = false;
+  for (; end < trimmed.size(); ++end) {
+    const char c = trimmed[end];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      seen_digit = true;
+    } else if (c == '.' && !seen_point) {
+      seen_point = true;
+    } else {
+      break;
+    }
+  }
+  if (!seen_digit) {
+    reject(text, "no number");
+  }
+  const double value = std::strtod(trimmed.substr(0, end).c_str(), nullptr);
+  const std::string unit_text = trim(trimmed.substr(end));
+  const std::string unit = lowercase(unit_text);
+
+  if (unit == "%") {
+    if (!(value > 0)) {
+      reject(text, "a percentage must be above 0%");
+    }
+    if (value > 100) {
+      reject(
+          text,
+          "a percentage must be at most 100%: 100% is the store-all peak, "
+          "where nothing is recomputed");
+    }
+    return Budget::fraction(value / 100.0);
+  }
+  const double multiplier = unit_multiplier(unit);
+  if (multiplier == 0) {
+    reject(
+        text,
+        "unknown unit \"" + unit_text +
+            "\"; units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, %");
+  }
+  const double bytes = value * multiplier;
+  if (!(bytes >= 1)) {
+    reject(text, "a budget must be at least 1 byte");
+  }
+  if (bytes > kMaxBytes) {
+    reject(text, "too large; at most 1 EiB");
+  }
+  if (bytes != std::floor(bytes)) {
+    reject(text, "not a whole number of bytes");
+  }
+  return Budget::bytes(static_cast<int64_t>(bytes));
+}
+
+int64_t Budget::resolve_bytes(const planner::Chain& chain) const {
+  if (kind_ == Kind::kBytes) {
+    return bytes_;
+  }
+  const int64_t store_all_peak =
+      planner::simulate(chain, planner::solve_store_all(chain)).peak_bytes;
+  if (kind_ == Kind::kNone) {
+    return store_all_peak;
+  }
+  return std::max<int64_t>(
+      1,
+      static_cast<int64_t>(
+          std::floor(fraction_ * static_cast<double>(store_all_peak))));
+}
+
+std::string Budget::to_string() const {
+  switch (kind_) {
+    case Kind::kNone:
+      return "none";
+    case Kind::kFraction: {
+      char text[64];
+      std::snprintf(text, sizeof(text), "%g%%", fraction_ * 100.0);
+      return std::string(text) + " of the store-all peak";
+    }
+    case Kind::kBytes:
+      break;
+  }
+  return planner::format_bytes(bytes_) + " (" + std::to_string(bytes_) +
+         " bytes)";
+}
+
+}  // namespace remat
