@@ -29,6 +29,8 @@
 // state are restored at the end (RAII, also on error).
 #include "remat/profile.h"
 
+#include "remat/planner/statistics.h"
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -104,13 +106,6 @@ double elapsed_ms(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now() - start)
       .count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid]
-                                : 0.5 * (values[mid - 1] + values[mid]);
 }
 
 }  // namespace
@@ -205,8 +200,8 @@ planner::Chain profile_chain(
     }
     cost.record_tmp_bytes = record_tmp_bytes;
     cost.backward_tmp_bytes = backward_tmp_bytes;
-    cost.forward_ms = median(forward_times);
-    cost.backward_ms = median(backward_times);
+    cost.forward_ms = planner::median(forward_times);
+    cost.backward_ms = planner::median(backward_times);
     stages.push_back(cost);
     {
       c10::NoGradGuard no_grad;

@@ -2,6 +2,11 @@
 // exactly (checked on stages whose sizes are known in closed form) and leaves
 // no trace (buffers, parameter gradients, RNG state).
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
 #include <models/models.h>
 #include <torch/torch.h>
 
@@ -85,16 +90,47 @@ TEST(ProfileChain, LeavesBuffersGradientsAndRngUntouched) {
   }
 }
 
+/// A stage whose forward sleeps for a scripted duration per call, so that
+/// the median of its timed runs is known.
+struct ScriptedDelayImpl : torch::nn::Module {
+  explicit ScriptedDelayImpl(std::vector<int> delays_ms)
+      : delays_ms(std::move(delays_ms)) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int delay = delays_ms[calls++ % delays_ms.size()];
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+    return x * 2;
+  }
+  std::vector<int> delays_ms;
+  size_t calls = 0;
+};
+TORCH_MODULE(ScriptedDelay);
+
 TEST(ProfileChain, TimesAreMediansOfRepeats) {
-  auto model = remat::models::uniform_mlp_chain(3, 64);
+  // profile_chain calls forward twice per round, no-grad (timed) then
+  // recorded (untimed): with no warm-up and 3 rounds the timed forwards are
+  // calls 0, 2 and 4, scripted to take 1, 60 and 12 ms. Their median is 12
+  // (the mean would be 24, the minimum 1, the maximum 60); a busy machine
+  // only adds time, so the median lies in [12, 60).
+  ScriptedDelay stage(std::vector<int>{1, 0, 60, 0, 12, 0});
+  torch::nn::Sequential model(stage);
   const auto chain = remat::profile_chain(
       model,
-      torch::randn({16, 64}),
-      remat::ProfileOptions().warmup(2).repeats(5));
-  for (int64_t i = 0; i < chain.size(); ++i) {
-    EXPECT_GT(chain.stage(i).forward_ms, 0) << i;
-    EXPECT_GT(chain.stage(i).backward_ms, 0) << i;
-  }
+      torch::randn({4, 4}),
+      remat::ProfileOptions().warmup(0).repeats(3));
+  EXPECT_EQ(stage->calls, 7u);  // 3 rounds of two forwards, then x_1
+  EXPECT_GE(chain.stage(0).forward_ms, 12.0);
+  EXPECT_LT(chain.stage(0).forward_ms, 60.0);
+
+  // With one warm-up round, the scripted 1 ms run is not timed: the timed
+  // forwards take 60, 12 and 1 ms again (calls 2, 4, 6): median 12.
+  ScriptedDelay warmed(std::vector<int>{1, 0, 60, 0, 12, 0, 1, 0});
+  const auto warm_chain = remat::profile_chain(
+      torch::nn::Sequential(warmed),
+      torch::randn({4, 4}),
+      remat::ProfileOptions().warmup(1).repeats(3));
+  EXPECT_EQ(warmed->calls, 9u);
+  EXPECT_GE(warm_chain.stage(0).forward_ms, 12.0);
+  EXPECT_LT(warm_chain.stage(0).forward_ms, 60.0);
 }
 
 TEST(ProfileChain, RejectsBadArguments) {

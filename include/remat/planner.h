@@ -1,8 +1,8 @@
 // remat/planner.h: the torch-free planner (namespace remat::planner).
 //
 // Chain (measured stage costs) -> solver -> Plan (typed ops) -> simulate()
-// (validity, peak bytes, time) -> explain() (the report). No LibTorch; C++17 standard library only.
-// See docs/planner.md.
+// (validity, peak bytes, time) -> explain() (the report). No LibTorch; C++17
+// standard library only. See docs/planner.md.
 #pragma once
 
 #include "remat/planner/chain.h"
@@ -11,4 +11,6 @@
 #include "remat/planner/plan.h"
 #include "remat/planner/simulate.h"
 #include "remat/planner/solvers.h"
+#include "remat/planner/statistics.h"
+#include "remat/planner/strategy.h"
 #include "remat/planner/units.h"
