@@ -248,10 +248,11 @@ bool tracking_allocator_installed() {
   return g_installed.load();
 }
 
-class MemoryMeter::Impl {
+/// What a MemoryMeter measures with: one backend per device type.
+class detail::MeterBackend {
  public:
-  explicit Impl(c10::Device device) : device_(device) {}
-  virtual ~Impl() = default;
+  explicit MeterBackend(c10::Device device) : device_(device) {}
+  virtual ~MeterBackend() = default;
   virtual int64_t current_bytes() const = 0;
   virtual int64_t peak_bytes() const = 0;
   virtual void reset() = 0;
@@ -269,9 +270,9 @@ class MemoryMeter::Impl {
 
 namespace {
 
-class CpuMeter final : public MemoryMeter::Impl {
+class CpuMeter final : public detail::MeterBackend {
  public:
-  CpuMeter() : Impl(c10::Device(c10::kCPU)) {
+  CpuMeter() : MeterBackend(c10::Device(c10::kCPU)) {
     install_tracking_allocator();
     slot_ = state().claim_slot(&baseline_bytes_);
   }
@@ -306,9 +307,9 @@ CudaRegistry& cuda_registry() {
   return *instance;
 }
 
-class CudaMeter final : public MemoryMeter::Impl {
+class CudaMeter final : public detail::MeterBackend {
  public:
-  explicit CudaMeter(c10::Device device) : Impl(device) {
+  explicit CudaMeter(c10::Device device) : MeterBackend(device) {
     CudaRegistry& registry = cuda_registry();
     std::lock_guard<std::mutex> lock(registry.mutex);
     restart_locked(registry);
@@ -356,7 +357,7 @@ class CudaMeter final : public MemoryMeter::Impl {
 };
 #endif
 
-std::unique_ptr<MemoryMeter::Impl> make_meter(c10::Device device) {
+std::unique_ptr<detail::MeterBackend> make_meter(c10::Device device) {
   if (device.is_cpu()) {
     return std::make_unique<CpuMeter>();
   }

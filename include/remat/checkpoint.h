@@ -19,7 +19,7 @@
 //
 // Both replay the RNG state (CPU generator and the CUDA generator of every
 // device the inputs live on) and the autocast state, and check the
-// recomputation (NOTE: [Recompute checks] in src/checkpoint.cpp).
+// recomputation (see DeterminismCheck and docs/checkpoint.md).
 #pragma once
 
 #include <cstdint>
@@ -80,11 +80,13 @@ using Function = std::function<torch::autograd::variable_list(
 /// and to every parameter `fn` uses.
 ///
 /// Example:
+// clang-format off
 ///   auto outs = remat::checkpoint(
 ///       [&](const torch::autograd::variable_list& in) {
 ///         return torch::autograd::variable_list{block->forward(in[0])};
 ///       },
 ///       {x});
+// clang-format on
 ///
 /// REQUIRES: `fn` is deterministic given the RNG state (and autocast state),
 /// and everything it captures outside `inputs` is unchanged until backward.
@@ -101,8 +103,10 @@ torch::autograd::variable_list checkpoint(
 /// Tensor-to-tensor convenience form of `checkpoint`.
 ///
 /// Example:
+// clang-format off
 ///   auto y = remat::checkpoint(
 ///       [&](const torch::Tensor& x) { return block->forward(x); }, x);
+// clang-format on
 torch::Tensor checkpoint(
     const std::function<torch::Tensor(const torch::Tensor&)>& fn,
     const torch::Tensor& input,
@@ -113,8 +117,10 @@ torch::Tensor checkpoint(
 /// updated exactly once per step; PyTorch's own checkpoint updates them twice).
 ///
 /// Example:
-///   torch::nn::Sequential block(torch::nn::Conv2d(3, 8, 3),
-///   torch::nn::BatchNorm2d(8)); auto y = remat::checkpoint(block, x);
+// clang-format off
+///   torch::nn::Sequential block(torch::nn::Conv2d(3, 8, 3), torch::nn::BatchNorm2d(8));
+///   auto y = remat::checkpoint(block, x);
+// clang-format on
 template <typename ModuleType>
 torch::Tensor checkpoint(
     const torch::nn::ModuleHolder<ModuleType>& module,
@@ -136,7 +142,9 @@ torch::Tensor checkpoint(
 /// the modules are preserved across recomputation.
 ///
 /// Example:
+// clang-format off
 ///   auto y = remat::checkpoint_sequential(model, 4, x);
+// clang-format on
 ///
 /// Throws c10::Error if the Sequential is empty, or segments < 1 or
 /// segments > sequential->size().

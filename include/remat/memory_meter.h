@@ -28,6 +28,9 @@
 #include <memory>
 
 namespace remat {
+namespace detail {
+class MeterBackend;  // one per device type; defined in memory_meter.cpp
+}  // namespace detail
 
 /// Installs remat's tracking CPU allocator if it is not installed yet.
 ///
@@ -37,7 +40,9 @@ namespace remat {
 /// synchronized. Memory allocated before installation is never counted.
 ///
 /// Example:
+// clang-format off
 ///   int main() { remat::install_tracking_allocator(); ... }
+// clang-format on
 ///
 /// Throws c10::Error if another CPU allocator with a higher priority is
 /// installed and keeps precedence.
@@ -49,10 +54,12 @@ bool tracking_allocator_installed();
 /// Exact live and peak bytes of the tensor memory of one device.
 ///
 /// Example (activation peak of a training step):
+// clang-format off
 ///   remat::MemoryMeter meter;                 // CPU
 ///   auto loss = model->forward(x).sum();
 ///   loss.backward();
 ///   int64_t activation_peak = meter.peak_delta_bytes();
+// clang-format on
 ///
 /// Throws c10::Error if the device is neither CPU nor CUDA, or is CUDA while
 /// remat was built without CUDA or no such GPU is present.
@@ -81,10 +88,8 @@ class MemoryMeter {
   /// The device measured (with its index resolved for CUDA).
   c10::Device device() const;
 
-  class Impl;
-
  private:
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::MeterBackend> impl_;
 };
 
 }  // namespace remat

@@ -2,9 +2,9 @@
 //
 // profile_chain() turns a Sequential and a sample input into a
 // planner::Chain: per child (stage), forward and backward times and the byte
-// sizes of the memory model (NOTE: [The memory model] in
-// src/planner/simulate.cpp, docs/planner.md). Bytes are measured exactly with
-// MemoryMeter on the sample's device, in the model's sense:
+// sizes of the memory model (docs/planner.md, "The memory model"). Bytes are
+// measured exactly with MemoryMeter on the sample's device, in the model's
+// sense:
 //   output_bytes        bytes of the stage output x_{i+1} (= of its gradient)
 //   saved_bytes         live bytes after a recorded forward minus before it:
 //                       CONTAINS x_{i+1}, EXCLUDES the input x_i
@@ -54,8 +54,10 @@ struct ProfileOptions {
 /// warmup < 0 or repeats < 1.
 ///
 /// Example:
+// clang-format off
 ///   auto chain = remat::profile_chain(model, torch::randn({64, 512}));
 ///   auto plan = remat::planner::solve_optimal(chain, 256LL << 20);
+// clang-format on
 planner::Chain profile_chain(
     torch::nn::Sequential model,
     const torch::Tensor& sample,

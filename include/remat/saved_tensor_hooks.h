@@ -41,6 +41,7 @@ bool engine_installed();
 /// go through `pack` at save time and `unpack` at backward time.
 ///
 /// Example (CPU offload of every saved tensor):
+// clang-format off
 ///
 ///   remat::SavedTensorHooks offload(
 ///       [](const torch::Tensor& t) -> std::any { return t.to(torch::kCPU); },
@@ -48,6 +49,7 @@ bool engine_installed();
 ///   auto loss = model->forward(x).sum();   // saved tensors packed
 ///   // guard may end here; unpack runs during backward
 ///   loss.backward();
+// clang-format on
 ///
 /// Contract: `pack` runs with grad mode off and must not modify its argument
 /// in place; `unpack` may run several times (backward with retain_graph), on
