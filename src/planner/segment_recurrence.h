@@ -96,13 +96,6 @@ class UnitChain {
         s.saved_units + value_units(a + 1) + value_units(a) +
             s.backward_tmp_units);
   }
-  /// Memory of the forward of stage k in a split's forwards from stage a
-  /// (without the pending gradient): the loose input (none for k = a, whose
-  /// input is held outside), the output and the transient.
-  int64_t chain_step_units(int64_t a, int64_t k) const {
-    return (k > a ? value_units(k) : 0) + value_units(k + 1) +
-           stage(k).forward_tmp_units;
-  }
 
  private:
   // ceil(bytes / unit_bytes), also for negative bytes (backward_tmp_bytes):
@@ -132,16 +125,17 @@ class SplitAt {
         first_(a),
         split_(a + 1),
         forward_ms_(chain.stage(a).forward_ms),
-        peak_units_(chain.chain_step_units(a, a)),
-        kept_units_(chain.value_units(a + 1)),
+        peak_units_(forward_units(0, chain.stage(a))),
+        kept_units_(chain.stage(a).output_units),
         earlier_(&cells.at(a, a)) {}
-  /// Moves on to split j + 1. REQUIRES: j < chain size.
+  /// Moves on to split j + 1: adds the forward of stage j, whose input x_j
+  /// is loose. REQUIRES: j < chain size.
   void advance() {
-    peak_units_ =
-        std::max(peak_units_, chain_->chain_step_units(first_, split_));
-    forward_ms_ += chain_->stage(split_).forward_ms;
+    const UnitStage& next = chain_->stage(split_);
+    peak_units_ = std::max(peak_units_, forward_units(kept_units_, next));
+    forward_ms_ += next.forward_ms;
+    kept_units_ = next.output_units;
     ++split_;
-    kept_units_ = chain_->value_units(split_);
     earlier_ = &cells_->at(first_, split_ - 1);
   }
   /// a: the forwards start with stage a.
@@ -170,6 +164,13 @@ class SplitAt {
   }
 
  private:
+  // Memory of one of the forwards (without the pending gradient): its loose
+  // input (0 for stage a, whose input is held outside), its output and its
+  // transient.
+  static int64_t forward_units(int64_t loose_input, const UnitStage& stage) {
+    return loose_input + stage.output_units + stage.forward_tmp_units;
+  }
+
   const UnitChain* chain_;
   const SegmentArray<SegmentCell>* cells_;
   int64_t first_;

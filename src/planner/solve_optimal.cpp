@@ -102,7 +102,14 @@ Time option_time(const SegmentOption& option, int64_t m) {
   return option.is_record() ? first : first + option.second->at(m);
 }
 
-// Applies `option` to its segment's row on [option.from, computed_top]:
+// The segment an option is relaxed into, as the fill sees it: its cell and
+// the last memory the fill computes for it (SegmentCostTable::computed_top).
+struct Target {
+  const SegmentCell* cell = nullptr;
+  int64_t top = 0;
+};
+
+// Applies `option` to its segment's row on [option.from, target.top]:
 // row(m) = min(row(m), option's time at m), by the kernels of
 // fill_kernels.h. The option and the row are non-increasing in m, so the
 // option's time at max_slots bounds it from below on that range; it can only
@@ -110,16 +117,15 @@ Time option_time(const SegmentOption& option, int64_t m) {
 // range: the kernels stop at the end of that prefix. The bound is read from
 // the cells (SegmentCell::last), which the fill reads anyway; reading the
 // subproblems at the top would be tighter but costs two cache misses per
-// option. REQUIRES: the option's cells are the table's.
-void relax(const SegmentCostTable& table, const SegmentOption& option) {
-  const SegmentCell& target = table.row(option.a, option.b);
-  const int64_t top = table.computed_top(target);
-  if (option.from > top) {
+// option. REQUIRES: target is the option's segment; its cells are the
+// table's.
+void relax(const Target& target, const SegmentOption& option) {
+  if (option.from > target.top) {
     return;
   }
   const Time constant = static_cast<Time>(option.constant_ms);
-  Time* best = target.at_address(option.from);
-  const int64_t count = top - option.from + 1;
+  Time* best = target.cell->at_address(option.from);
+  const int64_t count = target.top - option.from + 1;
   const SegmentCell& first = *option.first;
   const Time* first_times = first.at_address(option.from - option.shift);
   if (option.is_record()) {
@@ -155,16 +161,15 @@ constexpr int64_t kBlock = 16;
 constexpr int64_t kPrefetchLines = 8;
 constexpr int64_t kFloatsPerLine = 64 / sizeof(Time);
 
-// Asks the cache for the first lines `split` will stream from its row (j, b).
-void prefetch_streamed_row(
-    const SegmentCostTable& table, const SegmentOption& split) {
-  const int64_t top = table.computed_top(table.row(split.a, split.b));
-  if (split.from > top) {
+// Asks the cache for the first lines `split` will stream from its row (j, b)
+// when it is relaxed into `target`.
+void prefetch_streamed_row(const Target& target, const SegmentOption& split) {
+  if (split.from > target.top) {
     return;
   }
   const Time* start = split.first->at_address(split.from - split.shift);
   const int64_t lines = std::min<int64_t>(
-      kPrefetchLines, (top - split.from) / kFloatsPerLine + 1);
+      kPrefetchLines, (target.top - split.from) / kFloatsPerLine + 1);
   for (int64_t line = 0; line < lines; ++line) {
     __builtin_prefetch(start + line * kFloatsPerLine);
   }
@@ -180,8 +185,16 @@ void fill_row_of_block(
     int64_t first_b,
     int64_t end_b) {
   const int64_t low_b = std::max(a + 1, first_b);
+  // The block's segments (a, b), looked up once for all their options.
+  REMAT_PLANNER_CHECK(end_b - first_b <= kBlock, "a block wider than kBlock");
+  std::array<Target, kBlock> targets;
+  const auto target = [&](int64_t b) -> Target& {
+    return targets[b - first_b];
+  };
   for (int64_t b = low_b; b < end_b; ++b) {
-    relax(table, recurrence.record(a, b));
+    const SegmentCell& cell = table.row(a, b);
+    target(b) = Target{&cell, table.computed_top(cell)};
+    relax(target(b), recurrence.record(a, b));
   }
   for (SplitAt split = recurrence.first_split(a); split.split() < end_b;
        split.advance()) {
@@ -189,21 +202,17 @@ void fill_row_of_block(
     if (j - 1 >= low_b) {
       table.finish_row(a, j - 1);  // it has had all its options
     }
-    // Split j of every b of the block: the options first (their cells are
-    // read together), then each relaxed while the next one's streamed row
-    // is prefetched.
-    std::array<SegmentOption, kBlock> splits;
-    REMAT_PLANNER_CHECK(
-        end_b - std::max(j, low_b) <= kBlock, "a block of more than kBlock");
-    int64_t count = 0;
-    for (int64_t b = std::max(j, low_b); b < end_b; ++b) {
-      splits[count++] = recurrence.split(split, b);
-    }
-    for (int64_t k = 0; k < count; ++k) {
-      if (k + 1 < count) {
-        prefetch_streamed_row(table, splits[k + 1]);
+    // Split j of every b of the block, the streamed row of the next b
+    // prefetched while this one is relaxed.
+    const int64_t first_b_of_split = std::max(j, low_b);
+    SegmentOption next = recurrence.split(split, first_b_of_split);
+    for (int64_t b = first_b_of_split; b < end_b; ++b) {
+      const SegmentOption option = next;
+      if (b + 1 < end_b) {
+        next = recurrence.split(split, b + 1);
+        prefetch_streamed_row(target(b + 1), next);
       }
-      relax(table, splits[k]);
+      relax(target(b), option);
     }
   }
   table.finish_row(a, end_b - 1);
