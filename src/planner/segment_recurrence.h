@@ -244,8 +244,8 @@ class Recurrence {
     return option;
   }
 
-  /// Split j = split.split() of segment (split.first(), b), starting at
-  /// split j = a + 1 (advance() for the next).
+  /// The first split (j = a + 1) of the segments that start at a;
+  /// SplitAt::advance() moves to the next.
   SplitAt first_split(int64_t a) const {
     return SplitAt(*chain_, *cells_, a);
   }
