@@ -1,0 +1,226 @@
+// scenario.cpp — the scenario registry and remat_bench's driver (see
+// scenario.h).
+#include "harness/scenario.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+
+#include "remat/remat.h"
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace remat::bench {
+namespace {
+
+std::vector<Scenario>& registry() {
+  static std::vector<Scenario> scenarios;
+  return scenarios;
+}
+
+// NOTE: [Freed memory stays in the process]
+// glibc returns large freed blocks to the kernel (munmap, heap trim), and
+// every step then faults the same pages in again: that cost about 15% of a
+// step here and most of the step-to-step noise. A caching allocator (as on
+// CUDA) behaves like these settings. The measured bytes do not change:
+// MemoryMeter counts what tensors request, not what malloc holds.
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 256 << 20);
+#endif
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw std::runtime_error("remat_bench: cannot read " + path);
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string command_line(int argc, char** argv) {
+  std::string command;
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool plain =
+        !arg.empty() &&
+        arg.find_first_of(" \t\"'$`\\|&;<>()*?") == std::string::npos;
+    command += (i ? " " : "") + (plain ? arg : "'" + arg + "'");
+  }
+  return command;
+}
+
+}  // namespace
+
+RunnerOptions Context::runner_options() const {
+  RunnerOptions options;
+  options.warmup = warmup;
+  options.rounds = rounds;
+  options.verbose = verbose;
+  return options;
+}
+
+torch::Device Context::torch_device() const {
+  const torch::Device parsed(device);
+  TORCH_CHECK(
+      !parsed.is_cuda() || torch::cuda::is_available(),
+      "remat_bench: --device ",
+      device,
+      " needs a CUDA GPU, and none is visible");
+  return parsed;
+}
+
+bool register_scenario(Scenario scenario) {
+  for (const Scenario& known : registry()) {
+    if (known.name == scenario.name) {
+      throw std::logic_error(
+          "remat::bench::register_scenario: a scenario named '" +
+          scenario.name + "' is already registered");
+    }
+  }
+  registry().push_back(std::move(scenario));
+  return true;
+}
+
+std::vector<Scenario> registered_scenarios() {
+  std::vector<Scenario> scenarios = registry();
+  std::stable_sort(
+      scenarios.begin(),
+      scenarios.end(),
+      [](const Scenario& lhs, const Scenario& rhs) {
+        return lhs.order < rhs.order;
+      });
+  return scenarios;
+}
+
+int run_main(int argc, char** argv) {
+  keep_freed_memory();
+  CLI::App app{
+      "remat_bench: remat's benchmarks as named scenarios (docs/benchmarks.md "
+      "describes the protocol). Run one or more scenarios, each with its own "
+      "flags, or `all`."};
+  Context context;
+  std::string out_dir;
+  std::string page_path;
+  std::string preamble_path;
+  app.add_option("--warmup", context.warmup, "Discarded rounds")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--rounds", context.rounds, "Timed rounds (median, spread)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--threads", context.threads, "Torch intra-op threads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--device", context.device, "cpu, cuda or cuda:N")
+      ->capture_default_str();
+  app.add_flag(
+      "--quick", context.quick, "Smallest sizes and 1 + 3 rounds: a smoke run");
+  app.add_flag("--verbose", context.verbose, "Progress on stderr");
+  app.add_option(
+      "--out",
+      out_dir,
+      "Write each scenario's <name>.md, <name>.json and a CSV per table here");
+  app.add_option(
+         "--page",
+         page_path,
+         "Rebuild this Markdown page from --preamble and every <name>.md in "
+         "--out (needs --out)")
+      ->needs("--out");
+  app.add_option(
+         "--preamble", preamble_path, "Markdown placed before the sections")
+      ->needs("--page")
+      ->check(CLI::ExistingFile);
+  app.require_subcommand(1, 0);
+
+  const std::vector<Scenario> scenarios = registered_scenarios();
+  std::map<std::string, ScenarioRun> runs;
+  for (const Scenario& scenario : scenarios) {
+    CLI::App* command = app.add_subcommand(scenario.name, scenario.summary);
+    command->fallthrough();
+    runs[scenario.name] = scenario.setup(*command);
+  }
+  CLI::App* all = app.add_subcommand("all", "Every scenario, in order");
+  all->fallthrough();
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<Scenario> selected;
+  if (all->parsed()) {
+    selected = scenarios;
+  } else {
+    for (const CLI::App* command : app.get_subcommands()) {
+      for (const Scenario& scenario : scenarios) {
+        if (scenario.name == command->get_name()) {
+          selected.push_back(scenario);
+        }
+      }
+    }
+  }
+  if (context.quick) {
+    context.warmup = std::min(context.warmup, 1);
+    context.rounds = std::min(context.rounds, 3);
+  }
+  torch::set_num_threads(context.threads);
+  context.command = command_line(argc, argv);
+
+  int status = 0;
+  for (const Scenario& scenario : selected) {
+    std::cerr << "remat_bench: " << scenario.name << " ...\n";
+    context.machine = describe_machine();
+    try {
+      Section section = runs.at(scenario.name)(context);
+      if (section.scenario.empty()) {
+        section.scenario = scenario.name;
+      }
+      if (section.machine.date.empty()) {
+        section.machine = context.machine;
+      }
+      if (section.command.empty()) {
+        section.command = context.command;
+      }
+      std::cout << to_markdown(section) << "\n" << std::flush;
+      if (!out_dir.empty()) {
+        write_section_files(section, out_dir);
+      }
+    } catch (const std::exception& error) {
+      std::cerr << "remat_bench: " << scenario.name
+                << " failed: " << error.what() << "\n";
+      status = 1;
+    }
+  }
+  if (!page_path.empty()) {
+    try {
+      std::vector<std::string> sections;
+      for (const Scenario& scenario : scenarios) {
+        const auto path =
+            std::filesystem::path(out_dir) / (scenario.name + ".md");
+        if (std::filesystem::exists(path)) {
+          sections.push_back(read_text(path.string()));
+        }
+      }
+      write_page(
+          page_path,
+          preamble_path.empty() ? std::string() : read_text(preamble_path),
+          sections);
+      std::cerr << "remat_bench: wrote " << page_path << " (" << sections.size()
+                << " sections)\n";
+    } catch (const std::exception& error) {
+      std::cerr << "remat_bench: " << error.what() << "\n";
+      status = 1;
+    }
+  }
+  return status;
+}
+
+}  // namespace remat::bench
