@@ -26,7 +26,7 @@
 // UnitChain) and each option is feasible from a least memory (`from`) that
 // only depends on the units and on the least memory (lo) of its
 // subsegments, so the same Recurrence serves the bounds pass (which writes lo
-// as it goes, segments in order of b, a descending) and everything after it.
+// as it goes, every subsegment before its segment) and everything after it.
 #pragma once
 
 #include <algorithm>

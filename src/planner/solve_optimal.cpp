@@ -65,13 +65,15 @@ using detail::UnitStage;
 
 // The cells of every segment with their bounds (lo, hi, all_ms), no rows
 // yet. O(L^3). lo is the least `from` of the segment's options; hi and
-// all_ms follow "record every stage".
+// all_ms follow "record every stage". Segments go a descending, b ascending:
+// the options of (a, b) read the cells (a, j - 1), just written and still
+// in L1, and the cells (j, b), which lie side by side in memory.
 SegmentArray<SegmentCell> segment_bounds(const UnitChain& chain) {
   const int64_t n = chain.size();
   SegmentArray<SegmentCell> cells(n);
   const Recurrence recurrence(chain, cells);
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t a = b; a >= 0; --a) {
+  for (int64_t a = n - 1; a >= 0; --a) {
+    for (int64_t b = a; b < n; ++b) {
       const UnitStage& s = chain.stage(a);
       const int64_t own = chain.record_units(a, b);
       SegmentCell& cell = cells.at(a, b);
