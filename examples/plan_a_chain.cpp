@@ -1,6 +1,7 @@
 // plan_a_chain: the torch-free planner on its own (links remat::planner only).
 // Builds a chain of 12 identical stages, asks for the fastest schedule that
-// fits in half of the store-everything peak, and prints it.
+// fits in half of the store-everything peak, and prints it with explain():
+// what each stage keeps and the predicted memory op by op.
 #include <iostream>
 
 #include <remat/planner.h>
@@ -25,6 +26,7 @@ int main() {
   Simulation sim = simulate(chain, *plan);
   std::cout << "plan: " << plan->to_string() << "\n"
             << "predicted peak " << sim.peak_bytes << " B of " << store_all
-            << " B, predicted time " << sim.time_ms << " ms\n";
+            << " B, predicted time " << sim.time_ms << " ms\n\n"
+            << explain(chain, *plan);
   return sim.valid ? 0 : 1;
 }

@@ -18,8 +18,8 @@
 #include <remat/planner.h>
 #include <nlohmann/json.hpp>
 
+#include <remat/budget.h>
 #include "app.h"
-#include "budget.h"
 #include "cli_error.h"
 #include "gnuplot.h"
 #include "progress.h"
@@ -32,8 +32,8 @@
 namespace {
 
 namespace fs = std::filesystem;
-using remat::cli::BudgetSpec;
-using remat::cli::StrategySpec;
+using remat::Budget;
+using remat::planner::Strategy;
 
 // ---------------------------------------------------------------- fixtures
 
@@ -152,129 +152,12 @@ const std::string kTinyGpt =
     "--model gpt --layers 1 --hidden 16 --heads 2 --seq 8 --batch 2 "
     "--threads 1";
 
-// ---------------------------------------------------------------- parsing
-
-TEST(ParseBudget, AcceptsBytesWithUnits) {
-  EXPECT_EQ(remat::cli::parse_budget("512MiB").bytes, 512LL << 20);
-  EXPECT_EQ(remat::cli::parse_budget("1GiB").bytes, 1LL << 30);
-  EXPECT_EQ(remat::cli::parse_budget("300MB").bytes, 300000000);
-  EXPECT_EQ(remat::cli::parse_budget("1000000").bytes, 1000000);
-  EXPECT_EQ(remat::cli::parse_budget("64 kib").bytes, 65536);
-  EXPECT_EQ(remat::cli::parse_budget("1.5KiB").bytes, 1536);
-  EXPECT_EQ(remat::cli::parse_budget("7B").bytes, 7);
-  EXPECT_EQ(remat::cli::parse_budget("2TB").kind, BudgetSpec::Kind::kBytes);
-}
-
-TEST(ParseBudget, AcceptsPercentagesAndNone) {
-  const BudgetSpec half = remat::cli::parse_budget("50%");
-  EXPECT_EQ(half.kind, BudgetSpec::Kind::kFraction);
-  EXPECT_DOUBLE_EQ(half.fraction, 0.5);
-  EXPECT_DOUBLE_EQ(remat::cli::parse_budget("12.5%").fraction, 0.125);
-  EXPECT_EQ(remat::cli::parse_budget("none").kind, BudgetSpec::Kind::kNone);
-  EXPECT_EQ(remat::cli::parse_budget("NONE").kind, BudgetSpec::Kind::kNone);
-}
-
-TEST(ParseBudget, RejectsBadValuesNamingThem) {
-  for (const std::string text :
-       {"-5",
-        "10XB",
-        "0",
-        "0%",
-        "",
-        "1.5",
-        "abc",
-        "-50%",
-        "5000%",
-        "MiB",
-        "1e9",
-        "0.1B",
-        "99999999999EiB",
-        "12 34"}) {
-    try {
-      remat::cli::parse_budget(text);
-      ADD_FAILURE() << "accepted '" << text << "'";
-    } catch (const std::invalid_argument& error) {
-      const std::string message = error.what();
-      EXPECT_NE(message.find("got '" + text + "'"), std::string::npos)
-          << message;
-      EXPECT_NE(message.find("expected"), std::string::npos) << message;
-    }
-  }
-  try {
-    remat::cli::parse_budget("10XB");
-  } catch (const std::invalid_argument& error) {
-    EXPECT_NE(
-        std::string(error.what()).find("unknown unit 'XB'"), std::string::npos)
-        << error.what();
-  }
-}
-
-TEST(ResolveBudget, ScalesFractionsOfTheReferencePeak) {
-  EXPECT_EQ(
-      remat::cli::resolve_budget_bytes(remat::cli::parse_budget("50%"), 1000),
-      500);
-  EXPECT_EQ(
-      remat::cli::resolve_budget_bytes(remat::cli::parse_budget("2KiB"), 1000),
-      2048);
-  EXPECT_EQ(
-      remat::cli::resolve_budget_bytes(remat::cli::parse_budget("none"), 1000),
-      1000);
-}
-
-TEST(FormatBytes, UsesBinaryUnitsWithThreeDigits) {
-  EXPECT_EQ(remat::cli::format_bytes(512), "512 B");
-  EXPECT_EQ(remat::cli::format_bytes(1536), "1.50 KiB");
-  EXPECT_EQ(remat::cli::format_bytes(37LL << 20), "37.0 MiB");
-  EXPECT_EQ(remat::cli::format_bytes(2LL << 30), "2.00 GiB");
-  EXPECT_EQ(remat::cli::format_bytes(-2048), "-2.00 KiB");
-}
-
-TEST(ParseStrategy, AcceptsEveryStrategy) {
-  EXPECT_EQ(
-      remat::cli::parse_strategy("optimal").kind, StrategySpec::Kind::kOptimal);
-  EXPECT_EQ(remat::cli::parse_strategy("chen").kind, StrategySpec::Kind::kChen);
-  EXPECT_EQ(remat::cli::parse_strategy("sqrt").kind, StrategySpec::Kind::kSqrt);
-  EXPECT_EQ(remat::cli::parse_strategy("none").kind, StrategySpec::Kind::kNone);
-  const StrategySpec uniform = remat::cli::parse_strategy("uniform:4");
-  EXPECT_EQ(uniform.kind, StrategySpec::Kind::kUniform);
-  EXPECT_EQ(uniform.segments, 4);
-  EXPECT_EQ(uniform.to_string(), "uniform:4");
-}
-
-TEST(ParseStrategy, RejectsBadValuesNamingThem) {
-  for (const std::string text :
-       {"nope",
-        "uniform",
-        "uniform:",
-        "uniform:0",
-        "uniform:x",
-        "uniform4",
-        "Optimal",
-        "uniform:-2",
-        ""}) {
-    try {
-      remat::cli::parse_strategy(text);
-      ADD_FAILURE() << "accepted '" << text << "'";
-    } catch (const std::invalid_argument& error) {
-      EXPECT_NE(
-          std::string(error.what()).find("got '" + text + "'"),
-          std::string::npos)
-          << error.what();
-    }
-  }
-}
-
 // ---------------------------------------------------------------- plan choice
 
 TEST(ChoosePlan, OptimalFitsTheBudgetOrReportsTheMinimum) {
   const remat::planner::Chain chain = sample_chain();
-  const auto frame = remat::cli::planner_frame(chain);
   const auto choice = remat::cli::choose_plan(
-      chain,
-      remat::cli::parse_strategy("optimal"),
-      remat::cli::parse_budget("60%"),
-      true,
-      frame);
+      chain, Strategy::parse("optimal"), Budget::parse("60%"), true);
   ASSERT_TRUE(choice.budget_bytes.has_value());
   EXPECT_TRUE(choice.simulation.valid) << choice.simulation.error;
   EXPECT_LE(choice.simulation.peak_bytes, *choice.budget_bytes);
@@ -286,10 +169,9 @@ TEST(ChoosePlan, OptimalFitsTheBudgetOrReportsTheMinimum) {
   try {
     remat::cli::choose_plan(
         chain,
-        remat::cli::parse_strategy("optimal"),
-        remat::cli::parse_budget(std::to_string(too_small)),
-        true,
-        frame);
+        Strategy::parse("optimal"),
+        Budget::parse(std::to_string(too_small)),
+        true);
     ADD_FAILURE() << "no error below the minimum";
   } catch (const remat::cli::InfeasibleBudgetError& error) {
     EXPECT_EQ(error.min_feasible_bytes(), choice.min_feasible_bytes);
@@ -303,32 +185,15 @@ TEST(ChoosePlan, OptimalFitsTheBudgetOrReportsTheMinimum) {
 
 TEST(ChoosePlan, AGivenBudgetBindsFixedStrategiesADefaultOneDoesNot) {
   const remat::planner::Chain chain = sample_chain();
-  const auto frame = remat::cli::planner_frame(chain);
-  const auto none = remat::cli::parse_strategy("none");
-  const auto small = remat::cli::parse_budget("50%");
+  const auto none = Strategy::parse("none");
+  const auto small = Budget::parse("50%");
   EXPECT_THROW(
-      remat::cli::choose_plan(chain, none, small, /*given=*/true, frame),
+      remat::cli::choose_plan(chain, none, small, /*given=*/true),
       remat::cli::InfeasibleBudgetError);
   const auto choice =
-      remat::cli::choose_plan(chain, none, small, /*given=*/false, frame);
+      remat::cli::choose_plan(chain, none, small, /*given=*/false);
   EXPECT_FALSE(choice.budget_bytes.has_value());
   EXPECT_EQ(choice.plan, remat::planner::solve_store_all(chain));
-}
-
-TEST(ChoosePlan, MeasuredFrameShiftsBudgetsOntoThePlanner) {
-  const remat::planner::Chain chain = sample_chain();
-  remat::cli::BudgetFrame frame;
-  frame.reference_peak_bytes = 20000;  // "measured" no-checkpoint peak
-  frame.offset_bytes = -3000;          // measurement sees 3000 more bytes
-  const auto choice = remat::cli::choose_plan(
-      chain,
-      remat::cli::parse_strategy("optimal"),
-      remat::cli::parse_budget("80%"),
-      true,
-      frame);
-  EXPECT_EQ(*choice.budget_bytes, 16000);
-  EXPECT_EQ(*choice.planner_budget_bytes, 13000);
-  EXPECT_LE(choice.simulation.peak_bytes, 13000);
 }
 
 TEST(PlanBrief, CountsRecomputedForwards) {

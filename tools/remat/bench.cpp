@@ -11,8 +11,9 @@
 // configuration must equal its gradients (the maximum difference is
 // reported; bitwise for deterministic CPU ops). No optimizer step is taken.
 // Budget-driven strategies (optimal, chen) get one row per budget; fixed ones
-// (sqrt, uniform:K, none) one row. Budgets are in the measured frame
-// (100% = the measured no-checkpoint activation peak; strategy.h).
+// (sqrt, uniform:K, none) one row. 100% of a budget is the simulated
+// store-all peak; measured peaks are reported in the same units (activation
+// peak plus the input's bytes).
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -26,7 +27,7 @@
 #include <torch/version.h>
 #include <nlohmann/json.hpp>
 
-#include "budget.h"
+#include <remat/budget.h>
 #include "cli_error.h"
 #include "commands.h"
 #include "gnuplot.h"
@@ -38,7 +39,7 @@ namespace {
 
 // One configuration of the sweep and what was measured.
 struct BenchRow {
-  StrategySpec strategy;
+  planner::Strategy strategy;
   std::string budget_label;  // "50%", "512 MiB", or "-" for fixed strategies
   std::optional<int64_t> budget_bytes;
   std::optional<PlanChoice> choice;  // nullopt: infeasible
@@ -50,7 +51,7 @@ struct BenchRow {
   double loss = 0;
 
   int64_t predicted_peak_bytes() const {
-    return choice->simulation.peak_bytes - choice->frame.offset_bytes;
+    return choice->simulation.peak_bytes;
   }
 };
 
@@ -104,7 +105,7 @@ std::string today() {
   return text;
 }
 
-std::string file_stem(const StrategySpec& strategy) {
+std::string file_stem(const planner::Strategy& strategy) {
   std::string stem = strategy.to_string();
   std::replace(stem.begin(), stem.end(), ':', '_');
   return stem;
@@ -151,7 +152,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
           options.budgets,
           "Budgets for optimal and chen (comma-separated)")
       ->delimiter(',')
-      ->check(parsing_validator(parse_budget, "BUDGET"))
+      ->check(parsing_validator(
+          [](const std::string& text) { Budget::parse(text); }, "BUDGET"))
       ->capture_default_str();
   command
       ->add_option(
@@ -159,7 +161,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
           options.strategies,
           "Strategies (comma-separated); none is always measured")
       ->delimiter(',')
-      ->check(parsing_validator(parse_strategy, "STRATEGY"))
+      ->check(parsing_validator(
+          [](const std::string& text) { planner::Strategy::parse(text); },
+          "STRATEGY"))
       ->capture_default_str();
   command->add_option("--warmup", options.warmup, "Untimed rounds")
       ->check(CLI::Range(int64_t{0}, int64_t{1000}))
@@ -192,63 +196,62 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   if (options.out.empty()) {
     throw UsageError("--out: expected a folder, got an empty value");
   }
-  std::vector<StrategySpec> strategies;
+  std::vector<planner::Strategy> strategies;
   bool has_none = false;
   for (const std::string& text : options.strategies) {
-    strategies.push_back(parse_strategy(text));
-    has_none = has_none || strategies.back().kind == StrategySpec::Kind::kNone;
+    strategies.push_back(planner::Strategy::parse(text));
+    has_none =
+        has_none || strategies.back().kind == planner::Strategy::Kind::kNone;
   }
   if (!has_none) {
-    strategies.push_back(parse_strategy("none"));
+    strategies.push_back(planner::Strategy::parse("none"));
   }
-  std::vector<BudgetSpec> budgets;
+  std::vector<Budget> budgets;
   for (const std::string& text : options.budgets) {
-    budgets.push_back(parse_budget(text));
+    budgets.push_back(Budget::parse(text));
   }
 
   Workload workload(options.model, options.seed);
   torch::nn::Sequential model = workload.model();
   const Batch batch = workload.next_batch();
-  for (const StrategySpec& strategy : strategies) {
+  for (const planner::Strategy& strategy : strategies) {
     check_trainable(
         strategy, mode, static_cast<int64_t>(model->size()), batch.inputs);
   }
   const uint64_t seed = options.seed * 1000003ULL + 1;
   const planner::Chain chain = profile_chain(model, batch.inputs);
-  const MeasuredReference measured =
-      measure_reference(chain, model, workload, batch, seed);
-  const int64_t store_all_peak = measured.no_checkpoint_peak_bytes;
-  const BudgetFrame frame = measured.frame;
+  const int64_t store_all_peak =
+      Budget::none().resolve_bytes(chain);  // predicted, input included
   if (!options.json) {
     io.out << "model     " << workload.description() << '\n'
-           << "no-checkpoint activation peak " << format_bytes(store_all_peak)
-           << " (measured); " << options.warmup << " warm-up + "
-           << options.repeats << " timed rounds, interleaved\n";
+           << "no-checkpoint activation peak "
+           << planner::format_bytes(store_all_peak) << " (predicted); "
+           << options.warmup << " warm-up + " << options.repeats
+           << " timed rounds, interleaved\n";
   }
 
   std::vector<BenchRow> rows;
-  for (const StrategySpec& strategy : strategies) {
-    std::vector<std::pair<std::string, BudgetSpec>> row_budgets;
+  for (const planner::Strategy& strategy : strategies) {
+    std::vector<std::pair<std::string, Budget>> row_budgets;
     if (strategy.uses_budget()) {
       for (size_t index = 0; index < budgets.size(); ++index) {
         row_budgets.emplace_back(options.budgets[index], budgets[index]);
       }
     } else {
-      row_budgets.emplace_back("-", BudgetSpec{});
+      row_budgets.emplace_back("-", Budget::none());
     }
     for (const auto& [label, budget] : row_budgets) {
       BenchRow row;
       row.strategy = strategy;
       row.budget_label = label;
       try {
-        row.choice =
-            choose_plan(chain, strategy, budget, false, frame, options.slots);
+        row.choice = choose_plan(chain, strategy, budget, false, options.slots);
         row.budget_bytes = row.choice->budget_bytes;
         row.trainer = std::make_unique<Trainer>(model, *row.choice, mode, 1e-3);
       } catch (const InfeasibleBudgetError& error) {
-        row.budget_bytes = resolve_budget_bytes(budget, store_all_peak);
+        row.budget_bytes = budget.resolve_bytes(chain);
         row.status = "infeasible (minimum " +
-                     format_bytes(error.min_feasible_bytes()) + ")";
+                     planner::format_bytes(error.min_feasible_bytes()) + ")";
       }
       rows.push_back(std::move(row));
     }
@@ -257,7 +260,7 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   // Reference gradients: the no-checkpoint configuration.
   BenchRow* reference = nullptr;
   for (BenchRow& row : rows) {
-    if (row.strategy.kind == StrategySpec::Kind::kNone) {
+    if (row.strategy.kind == planner::Strategy::Kind::kNone) {
       reference = &row;
     }
   }
@@ -281,11 +284,12 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
         row.step_ms.push_back(result.step_ms());
         row.forward_ms.push_back(result.forward_ms);
         row.backward_ms.push_back(result.backward_ms);
-        row.peak_bytes = std::max(row.peak_bytes, result.activation_peak_bytes);
+        row.peak_bytes = std::max(
+            row.peak_bytes, result.activation_peak_bytes + chain.input_bytes());
       }
     }
   }
-  const double reference_ms = median(reference->step_ms);
+  const double reference_ms = planner::median(reference->step_ms);
   const auto reference_peak = static_cast<double>(reference->peak_bytes);
 
   // Table and CSV share the columns.
@@ -321,7 +325,7 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
                           : nlohmann::json(nullptr)},
         {"status", row.status}};
     if (row.trainer) {
-      const double step = median(row.step_ms);
+      const double step = planner::median(row.step_ms);
       const double memory_ratio =
           static_cast<double>(row.peak_bytes) / std::max(1.0, reference_peak);
       const double time_ratio = step / std::max(1e-9, reference_ms);
@@ -335,8 +339,8 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
            fixed(step, 2),
            fixed(*min_ms, 2),
            fixed(*max_ms, 2),
-           fixed(median(row.forward_ms), 2),
-           fixed(median(row.backward_ms), 2),
+           fixed(planner::median(row.forward_ms), 2),
+           fixed(planner::median(row.backward_ms), 2),
            fixed(time_ratio, 3),
            std::to_string(extra_forwards(row.choice->plan)),
            fixed(row.grad_max_difference, 9),
@@ -347,8 +351,8 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
       json_row["step_ms_median"] = step;
       json_row["step_ms_min"] = *min_ms;
       json_row["step_ms_max"] = *max_ms;
-      json_row["forward_ms"] = median(row.forward_ms);
-      json_row["backward_ms"] = median(row.backward_ms);
+      json_row["forward_ms"] = planner::median(row.forward_ms);
+      json_row["backward_ms"] = planner::median(row.backward_ms);
       json_row["time_ratio"] = time_ratio;
       json_row["extra_forwards"] = extra_forwards(row.choice->plan);
       json_row["grad_max_diff"] = row.grad_max_difference;
@@ -412,7 +416,7 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
     data << "# peak_MiB step_ms budget\n" << std::setprecision(10);
     for (const BenchRow* row : points) {
       data << static_cast<double>(row->peak_bytes) / (1024.0 * 1024.0) << ' '
-           << median(row->step_ms) << ' ' << row->budget_label << '\n';
+           << planner::median(row->step_ms) << ' ' << row->budget_label << '\n';
     }
     const std::string file =
         "curve-" + file_stem(points.front()->strategy) + ".dat";
@@ -441,16 +445,22 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   for (const BenchRow& row : rows) {
     table << std::left << std::setw(11) << row.strategy.to_string()
           << std::setw(8) << row.budget_label << std::right << std::setw(11)
-          << (row.budget_bytes ? format_bytes(*row.budget_bytes) : "-");
+          << (row.budget_bytes ? planner::format_bytes(*row.budget_bytes)
+                               : "-");
     if (row.trainer) {
-      table << std::setw(11) << format_bytes(row.predicted_peak_bytes())
-            << std::setw(11) << format_bytes(row.peak_bytes) << std::setw(7)
+      table << std::setw(11)
+            << planner::format_bytes(row.predicted_peak_bytes())
+            << std::setw(11) << planner::format_bytes(row.peak_bytes)
+            << std::setw(7)
             << fixed(
                    static_cast<double>(row.peak_bytes) /
                        std::max(1.0, reference_peak),
                    2)
-            << std::setw(10) << fixed(median(row.step_ms), 1) << std::setw(7)
-            << fixed(median(row.step_ms) / std::max(1e-9, reference_ms), 2)
+            << std::setw(10) << fixed(planner::median(row.step_ms), 1)
+            << std::setw(7)
+            << fixed(
+                   planner::median(row.step_ms) / std::max(1e-9, reference_ms),
+                   2)
             << std::setw(7) << extra_forwards(row.choice->plan) << std::setw(11)
             << std::setprecision(2) << std::scientific
             << row.grad_max_difference << std::defaultfloat;
@@ -468,7 +478,7 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
           << "Command:\n\n```\n"
           << command_line(options) << "\n```\n\n"
           << "Model: " << workload.description() << ". No-checkpoint "
-          << "activation peak " << format_bytes(store_all_peak)
+          << "activation peak " << planner::format_bytes(store_all_peak)
           << " (measured). Ratios are against the no-checkpoint row of this "
           << "run; `grad diff` is the largest gradient difference to it.\n\n"
           << (plot_error.empty()

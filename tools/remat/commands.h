@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/Exception.h>
+#include <remat/budget.h>
 #include <remat/planner.h>
 #include <CLI/CLI.hpp>
 
@@ -116,13 +118,15 @@ void run_bench(const BenchOptions& options, const CommandIo& io);
 // ---- helpers shared by the commands (common.cpp)
 
 /// Registers --budget, --strategy and --slots on `command` (validated with
-/// parse_budget / parse_strategy, so a bad value fails parsing with exit 1).
+/// Budget::parse / planner::Strategy::parse, so a bad value fails parsing
+/// with exit 1).
 void add_budget_flags(CLI::App& command, BudgetFlags& flags);
 
 /// Registers --threads and --seed.
 void add_run_flags(CLI::App& command, int64_t& threads, uint64_t& seed);
 
-/// A CLI11 validator running `parse` (which throws std::invalid_argument).
+/// A CLI11 validator running `parse`, which throws std::invalid_argument or
+/// c10::Error for a bad value; the error's message becomes the validator's.
 template <typename Parse>
 CLI::Validator parsing_validator(Parse parse, const std::string& name) {
   return CLI::Validator(
@@ -130,6 +134,8 @@ CLI::Validator parsing_validator(Parse parse, const std::string& name) {
         try {
           parse(value);
           return "";
+        } catch (const c10::Error& error) {
+          return error.what_without_backtrace();
         } catch (const std::invalid_argument& error) {
           return error.what();
         }

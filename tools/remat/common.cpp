@@ -7,7 +7,8 @@
 
 #include <torch/torch.h>
 
-#include "budget.h"
+#include <remat/budget.h>
+
 #include "cli_error.h"
 #include "commands.h"
 #include "strategy.h"
@@ -20,9 +21,10 @@ void add_budget_flags(CLI::App& command, BudgetFlags& flags) {
           "--budget",
           flags.budget,
           "Activation memory budget: bytes (512MiB, 1GiB, 300MB, 1000000), a "
-          "percentage of the no-checkpoint peak (50%) or none. Binds sqrt, "
-          "uniform:K and none only when given")
-      ->check(parsing_validator(parse_budget, "BUDGET"))
+          "percentage of the predicted no-checkpoint peak (50%) or none. "
+          "Binds sqrt, uniform:K and none only when given")
+      ->check(parsing_validator(
+          [](const std::string& text) { Budget::parse(text); }, "BUDGET"))
       ->capture_default_str();
   command
       .add_option(
@@ -30,7 +32,9 @@ void add_budget_flags(CLI::App& command, BudgetFlags& flags) {
           flags.strategy,
           "optimal (rotor DP), chen (greedy), sqrt, uniform:K "
           "(checkpoint_sequential, K segments) or none")
-      ->check(parsing_validator(parse_strategy, "STRATEGY"))
+      ->check(parsing_validator(
+          [](const std::string& text) { planner::Strategy::parse(text); },
+          "STRATEGY"))
       ->capture_default_str();
   command
       .add_option(

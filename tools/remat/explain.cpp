@@ -2,10 +2,10 @@
 // built-in model) and a budget, what each stage keeps and the predicted
 // memory over one training step, as a table (remat::explain) and a plot.
 //
-// The memory series is planner::Replay stepped op by op: the live bytes after
+// The memory series is simulate()'s step-by-step report: the live bytes after
 // each op and the running peak (which includes transients inside ops). It is
 // written as explain.dat with a gnuplot script, and drawn to explain.png.
-// Budgets are in the planner's frame (100% = the simulated store-all peak).
+// 100% of a budget is the simulated store-all peak.
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -14,7 +14,7 @@
 #include <remat/profile.h>
 #include <nlohmann/json.hpp>
 
-#include "budget.h"
+#include <remat/budget.h>
 #include "cli_error.h"
 #include "commands.h"
 #include "gnuplot.h"
@@ -26,23 +26,26 @@ namespace {
 
 struct TimelinePoint {
   std::string op;
-  int64_t live_bytes = 0;
-  int64_t peak_bytes = 0;
+  int64_t live_bytes = 0;     ///< live after the op
+  int64_t op_peak_bytes = 0;  ///< highest live bytes inside the op
+  int64_t peak_bytes = 0;     ///< running peak up to and including the op
 };
 
+/// simulate()'s step-by-step report as plot points, after a "start" point.
 std::vector<TimelinePoint> memory_timeline(
-    const planner::Chain& chain, const planner::Plan& plan) {
+    const planner::Chain& chain, const PlanChoice& choice) {
+  const planner::Simulation& simulation = choice.simulation;
   std::vector<TimelinePoint> points;
-  planner::Replay replay(chain);
-  points.push_back({"start", replay.current_bytes(), replay.peak_bytes()});
-  for (const planner::Op& op : plan.ops) {
-    const std::string error = replay.apply(op);
-    TORCH_INTERNAL_ASSERT(error.empty(), "chosen plan is invalid: ", error);
+  int64_t running = chain.input_bytes();
+  points.push_back({"start", running, running, running});
+  for (size_t k = 0; k < simulation.op_peak_bytes.size(); ++k) {
+    const planner::Op& op = choice.plan.ops[k];
+    running = std::max(running, simulation.op_peak_bytes[k]);
     points.push_back(
-        {std::string(1, planner::op_kind_letter(op.kind)) +
-             std::to_string(op.stage),
-         replay.current_bytes(),
-         replay.peak_bytes()});
+        {planner::op_kind_letter(op.kind) + std::to_string(op.stage),
+         simulation.live_after_bytes[k],
+         simulation.op_peak_bytes[k],
+         running});
   }
   return points;
 }
@@ -90,8 +93,8 @@ std::string write_plot(
          << "'explain.dat' using 1:4 with lines dt 2 lw 2 title 'running peak'";
   script << ", " << mib(choice.store_all_peak_bytes)
          << " with lines lc 'gray' title 'store-all peak'";
-  if (choice.planner_budget_bytes) {
-    script << ", " << mib(*choice.planner_budget_bytes)
+  if (choice.budget_bytes) {
+    script << ", " << mib(*choice.budget_bytes)
            << " with lines lc 'red' title 'budget'";
   }
   script << '\n';
@@ -126,8 +129,9 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& options) {
 
 void run_explain(const ExplainOptions& options, const CommandIo& io) {
   apply_threads(options.threads);
-  const StrategySpec strategy = parse_strategy(options.budget.strategy);
-  const BudgetSpec budget = parse_budget(options.budget.budget);
+  const planner::Strategy strategy =
+      planner::Strategy::parse(options.budget.strategy);
+  const Budget budget = Budget::parse(options.budget.budget);
   std::optional<planner::Chain> chain;
   std::string source;
   if (!options.chain_path.empty()) {
@@ -144,10 +148,8 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
       strategy,
       budget,
       options.budget.budget_given,
-      planner_frame(*chain),
       options.budget.slots);
-  const std::vector<TimelinePoint> points =
-      memory_timeline(*chain, choice.plan);
+  const std::vector<TimelinePoint> points = memory_timeline(*chain, choice);
   std::string plot_error;
   std::string plot_path;
   if (!options.out.empty()) {
@@ -156,7 +158,7 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
       plot_path = options.out + "/explain.png";
     }
   }
-  const std::string table = explain(*chain, choice.plan);
+  const std::string table = planner::explain(*chain, choice.plan);
 
   if (options.json) {
     nlohmann::json report;
@@ -200,6 +202,7 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
       timeline.push_back(
           {{"op", point.op},
            {"live_bytes", point.live_bytes},
+           {"op_peak_bytes", point.op_peak_bytes},
            {"peak_bytes", point.peak_bytes}});
     }
     report["timeline"] = timeline;
@@ -212,7 +215,7 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
     io.out << "strategy  " << strategy.to_string() << ", budget "
            << (choice.budget_bytes ? budget.to_string() : std::string("none"));
     if (choice.budget_bytes) {
-      io.out << " = " << format_bytes(*choice.budget_bytes);
+      io.out << " = " << planner::format_bytes(*choice.budget_bytes);
     }
     io.out << '\n' << table;
     if (!table.empty() && table.back() != '\n') {

@@ -1,14 +1,14 @@
 // plan.cpp: `remat plan`: read a chain JSON, solve for a budget, print the
 // plan with its predicted peak and time (text or --json).
 //
-// Torch-free in substance: only the planner is used. The budget frame is the
-// planner's own (100% = the chain's simulated store-all peak).
+// Torch-free in substance: only the planner and remat::Budget are used (100%
+// of a budget is the chain's simulated store-all peak).
 #include <iomanip>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "budget.h"
+#include <remat/budget.h>
 #include "cli_error.h"
 #include "commands.h"
 #include "strategy.h"
@@ -40,14 +40,14 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
 
 void run_plan(const PlanOptions& options, const CommandIo& io) {
   const planner::Chain chain = read_chain_file("--chain", options.chain_path);
-  const StrategySpec strategy = parse_strategy(options.budget.strategy);
-  const BudgetSpec budget = parse_budget(options.budget.budget);
+  const planner::Strategy strategy =
+      planner::Strategy::parse(options.budget.strategy);
+  const Budget budget = Budget::parse(options.budget.budget);
   const PlanChoice choice = choose_plan(
       chain,
       strategy,
       budget,
       options.budget.budget_given,
-      planner_frame(chain),
       options.budget.slots);
   if (!options.plan_out.empty()) {
     write_text_file(
@@ -89,20 +89,23 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
   std::ostringstream text;
   text << std::fixed << std::setprecision(2);
   text << "chain     " << options.chain_path << ": " << chain.size()
-       << " stages, input " << format_bytes(chain.input_bytes()) << '\n';
-  text << "store-all peak " << format_bytes(choice.store_all_peak_bytes)
-       << ", time " << choice.store_all_time_ms << " ms; minimum feasible "
-       << format_bytes(choice.min_feasible_bytes) << '\n';
+       << " stages, input " << planner::format_bytes(chain.input_bytes())
+       << '\n';
+  text << "store-all peak "
+       << planner::format_bytes(choice.store_all_peak_bytes) << ", time "
+       << choice.store_all_time_ms << " ms; minimum feasible "
+       << planner::format_bytes(choice.min_feasible_bytes) << '\n';
   text << "strategy  " << strategy.to_string() << ", budget "
        << (choice.budget_bytes ? budget.to_string() : std::string("none"));
   if (choice.budget_bytes) {
-    text << " = " << format_bytes(*choice.budget_bytes) << " ("
+    text << " = " << planner::format_bytes(*choice.budget_bytes) << " ("
          << *choice.budget_bytes << " bytes)";
   }
   text << '\n';
   text << "plan      " << choice.plan.to_string() << '\n';
-  text << "predicted peak " << format_bytes(choice.simulation.peak_bytes)
-       << " (" << choice.simulation.peak_bytes << " bytes, " << memory_ratio
+  text << "predicted peak "
+       << planner::format_bytes(choice.simulation.peak_bytes) << " ("
+       << choice.simulation.peak_bytes << " bytes, " << memory_ratio
        << "x store-all), time " << choice.simulation.time_ms << " ms ("
        << time_ratio << "x), " << extra_forwards(choice.plan)
        << " stage forwards recomputed\n";

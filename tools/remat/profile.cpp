@@ -8,7 +8,7 @@
 
 #include <remat/profile.h>
 
-#include "budget.h"
+#include <remat/planner/units.h>
 #include "cli_error.h"
 #include "commands.h"
 
@@ -57,7 +57,7 @@ void run_profile(const ProfileCommandOptions& options, const CommandIo& io) {
   std::ostringstream text;
   text << "model  " << workload.description() << '\n';
   text << "wrote  " << options.out << ": " << chain.size() << " stages, input "
-       << format_bytes(chain.input_bytes()) << '\n';
+       << planner::format_bytes(chain.input_bytes()) << '\n';
   text << std::left << std::setw(7) << "stage" << std::right << std::setw(12)
        << "forward ms" << std::setw(13) << "backward ms" << std::setw(12)
        << "output" << std::setw(12) << "saved" << std::setw(13) << "no-grad tmp"
@@ -67,11 +67,12 @@ void run_profile(const ProfileCommandOptions& options, const CommandIo& io) {
     const planner::StageCost& stage = chain.stage(index);
     text << std::left << std::setw(7) << index << std::right << std::setw(12)
          << stage.forward_ms << std::setw(13) << stage.backward_ms
-         << std::setw(12) << format_bytes(stage.output_bytes) << std::setw(12)
-         << format_bytes(stage.saved_bytes) << std::setw(13)
-         << format_bytes(stage.forward_tmp_bytes) << std::setw(13)
-         << format_bytes(stage.record_transient()) << std::setw(12)
-         << format_bytes(stage.backward_tmp_bytes) << '\n';
+         << std::setw(12) << planner::format_bytes(stage.output_bytes)
+         << std::setw(12) << planner::format_bytes(stage.saved_bytes)
+         << std::setw(13) << planner::format_bytes(stage.forward_tmp_bytes)
+         << std::setw(13) << planner::format_bytes(stage.record_transient())
+         << std::setw(12) << planner::format_bytes(stage.backward_tmp_bytes)
+         << '\n';
   }
   io.out << text.str();
 }

@@ -19,7 +19,7 @@ double elapsed_ms(Clock::time_point since) {
 }
 
 // Allocates every parameter gradient (zeros) or zeroes it in place, so the
-// gradients are live before the meter starts (bench-protocol.md).
+// gradients are live before the meter starts (docs/benchmarks.md).
 void zero_gradients(const torch::nn::Sequential& model) {
   torch::NoGradGuard no_grad;
   for (auto& parameter : model->parameters()) {
@@ -36,15 +36,15 @@ void zero_gradients(const torch::nn::Sequential& model) {
 }
 
 /// Segments checkpoint_sequential runs for `strategy` on `stages` stages.
-int64_t uniform_segments(const StrategySpec& strategy, int64_t stages) {
+int64_t uniform_segments(const planner::Strategy& strategy, int64_t stages) {
   return std::min<int64_t>(strategy.segments, stages);
 }
 
 /// Whether reentrant checkpoint_sequential needs an input that requires grad
 /// (it checkpoints at least one segment; see check_trainable).
 bool reentrant_needs_input_grad(
-    const StrategySpec& strategy, Mode mode, int64_t stages) {
-  return strategy.kind == StrategySpec::Kind::kUniform &&
+    const planner::Strategy& strategy, Mode mode, int64_t stages) {
+  return strategy.kind == planner::Strategy::Kind::kUniform &&
          mode == Mode::kReentrant && uniform_segments(strategy, stages) >= 2;
 }
 
@@ -62,7 +62,7 @@ Mode parse_mode(const std::string& text) {
 }
 
 void check_trainable(
-    const StrategySpec& strategy,
+    const planner::Strategy& strategy,
     Mode mode,
     int64_t stages,
     const torch::Tensor& sample) {
@@ -96,13 +96,13 @@ Executor::Executor(
     torch::nn::Sequential model, const PlanChoice& choice, Mode mode)
     : model_(std::move(model)), strategy_(choice.strategy), mode_(mode) {
   switch (strategy_.kind) {
-    case StrategySpec::Kind::kOptimal:
-    case StrategySpec::Kind::kChen:
-    case StrategySpec::Kind::kSqrt:
+    case planner::Strategy::Kind::kOptimal:
+    case planner::Strategy::Kind::kChen:
+    case planner::Strategy::Kind::kSqrt:
       planned_ = PlannedSequential(model_, choice.plan).ptr();
       break;
-    case StrategySpec::Kind::kUniform:
-    case StrategySpec::Kind::kNone:
+    case planner::Strategy::Kind::kUniform:
+    case planner::Strategy::Kind::kNone:
       break;
   }
 }
@@ -111,7 +111,7 @@ torch::Tensor Executor::forward(const torch::Tensor& input) {
   if (planned_) {
     return planned_->forward(input);
   }
-  if (strategy_.kind == StrategySpec::Kind::kUniform) {
+  if (strategy_.kind == planner::Strategy::Kind::kUniform) {
     const auto stages = static_cast<int64_t>(model_->size());
     torch::Tensor x = input;
     if (reentrant_needs_input_grad(strategy_, mode_, stages) &&
@@ -137,7 +137,7 @@ std::string Executor::description() const {
   if (planned_) {
     return "remat::PlannedSequential";
   }
-  if (strategy_.kind == StrategySpec::Kind::kUniform) {
+  if (strategy_.kind == planner::Strategy::Kind::kUniform) {
     const int64_t segments = std::min<int64_t>(
         strategy_.segments, static_cast<int64_t>(model_->size()));
     const bool input_grad = reentrant_needs_input_grad(
@@ -177,55 +177,6 @@ StepResult Trainer::step(
     optimizer_->step();
   }
   return result;
-}
-
-int64_t measure_step_peak(
-    torch::nn::Sequential model,
-    const PlanChoice& choice,
-    const Workload& workload,
-    const Batch& batch,
-    uint64_t seed) {
-  Executor executor(model, choice, Mode::kNonReentrant);
-  model->train();
-  zero_gradients(model);
-  torch::manual_seed(seed);
-  MemoryMeter meter;
-  torch::Tensor loss = workload.loss(executor.forward(batch.inputs), batch);
-  loss.backward();
-  const int64_t peak = meter.peak_delta_bytes();
-  loss = torch::Tensor();
-  zero_gradients(model);
-  return peak;
-}
-
-MeasuredReference measure_reference(
-    const planner::Chain& chain,
-    torch::nn::Sequential model,
-    const Workload& workload,
-    const Batch& batch,
-    uint64_t seed) {
-  const BudgetFrame own = planner_frame(chain);
-  PlanChoice store_all =
-      choose_plan(chain, parse_strategy("none"), BudgetSpec{}, false, own);
-  MeasuredReference reference;
-  reference.no_checkpoint_peak_bytes =
-      measure_step_peak(model, store_all, workload, batch, seed);
-  store_all.strategy = parse_strategy("optimal");  // run by PlannedSequential
-  reference.planned_store_all_peak_bytes =
-      measure_step_peak(model, store_all, workload, batch, seed);
-  reference.frame.reference_peak_bytes = reference.no_checkpoint_peak_bytes;
-  reference.frame.offset_bytes =
-      own.reference_peak_bytes - reference.planned_store_all_peak_bytes;
-  return reference;
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) {
-    return 0;
-  }
-  const size_t middle = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + middle, values.end());
-  return values[middle];
 }
 
 }  // namespace remat::cli

@@ -12,13 +12,14 @@
 //   optimal, chen, sqrt
 //               remat::PlannedSequential(model, plan) (its own executor;
 //               --mode does not apply)
-// A Trainer owns a model's optimizer and measures steps the bench-protocol
-// way: parameter gradients are allocated (zeroed, not freed) before the
-// MemoryMeter is reset right before forward; the activation peak is the
-// meter's peak_delta_bytes over forward + loss + backward. The optimizer step
-// runs after the measurement. Each step reseeds the global RNG with its own
-// seed, so two trainers fed the same batches and seeds see the same dropout
-// masks and (for deterministic CPU ops) produce bitwise equal losses.
+// A Trainer owns a model's optimizer and measures steps as
+// docs/benchmarks.md defines: parameter gradients are allocated (zeroed, not
+// freed) before the MemoryMeter is reset right before forward; the activation
+// peak is the meter's peak_delta_bytes over forward + loss + backward. The
+// optimizer step runs after the measurement. Each step reseeds the global RNG
+// with its own seed, so two trainers fed the same batches and seeds see the
+// same dropout masks and (for deterministic CPU ops) produce bitwise equal
+// losses.
 #pragma once
 
 #include <cstdint>
@@ -50,10 +51,11 @@ Mode parse_mode(const std::string& text);
 /// Throws UnsupportedStrategyError naming the flags, the input and the fix.
 ///
 /// Example:
-///   check_trainable(parse_strategy("uniform:2"), Mode::kReentrant, 6,
+///   check_trainable(planner::Strategy::parse("uniform:2"), Mode::kReentrant,
+///   6,
 ///                   batch.inputs);  // throws for a GPT's token ids
 void check_trainable(
-    const StrategySpec& strategy,
+    const planner::Strategy& strategy,
     Mode mode,
     int64_t stages,
     const torch::Tensor& sample);
@@ -73,7 +75,7 @@ class Executor {
 
  private:
   torch::nn::Sequential model_;
-  StrategySpec strategy_;
+  planner::Strategy strategy_;
   Mode mode_;
   std::shared_ptr<PlannedSequentialImpl> planned_;
 };
@@ -86,7 +88,7 @@ struct StepResult {
   double step_ms() const {
     return forward_ms + backward_ms;
   }
-  /// Activation peak of forward + backward (bench-protocol.md).
+  /// Activation peak of forward + backward (see the top of this header).
   int64_t activation_peak_bytes = 0;
 };
 
@@ -115,39 +117,5 @@ class Trainer {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   MemoryMeter meter_;
 };
-
-/// The measured activation peak of one step of `model` run as `choice`
-/// says (no optimizer step; gradients are left zeroed).
-int64_t measure_step_peak(
-    torch::nn::Sequential model,
-    const PlanChoice& choice,
-    const Workload& workload,
-    const Batch& batch,
-    uint64_t seed);
-
-/// The measurements that fix the budget frame of a model.
-struct MeasuredReference {
-  /// Activation peak of the plain Sequential (no checkpointing): 100%.
-  int64_t no_checkpoint_peak_bytes = 0;
-  /// Activation peak of PlannedSequential running the store-all plan.
-  int64_t planned_store_all_peak_bytes = 0;
-  /// 100% = no_checkpoint_peak_bytes; offset = simulated store-all peak
-  /// minus planned_store_all_peak_bytes, so that a plan solved within
-  /// (budget + offset) planner bytes measures within the budget when
-  /// PlannedSequential runs it (its overhead over the cost model -- the loss,
-  /// gradient accumulation -- is the same for every plan).
-  BudgetFrame frame;
-};
-
-/// Measures one plain and one planned store-all step of `model` on `batch`.
-MeasuredReference measure_reference(
-    const planner::Chain& chain,
-    torch::nn::Sequential model,
-    const Workload& workload,
-    const Batch& batch,
-    uint64_t seed);
-
-/// Median of `values` (upper median for even sizes); 0 when empty.
-double median(std::vector<double> values);
 
 }  // namespace remat::cli

@@ -1,15 +1,19 @@
 // train.cpp: `remat train`: train a built-in model under an activation
 // budget, with live progress and a summary against a no-checkpoint baseline.
 //
-// Flow: build the workload; profile its chain on the first batch; measure one
-// no-checkpoint step to fix the budget frame (100% = that measured peak; see
-// strategy.h); choose the plan; train. The baseline is a deep copy of the
-// initial model trained on the same batches with the same per-step seeds,
-// interleaved step by step (A B A B, bench-protocol.md) for the first
-// --baseline-steps steps: its losses must equal the planned run's (bitwise
-// for deterministic CPU ops), and its step time and activation peak are the
-// reference of the summary. Warm-up steps (the first 3) are left out of
-// the time medians.
+// Three steps, as every command that measures:
+//   measure  build the workload; profile its chain on the first batch; choose
+//            the plan for --strategy and --budget (100% = the simulated
+//            store-all peak); train, and step by step for the first
+//            --baseline-steps steps a deep copy of the initial model without
+//            checkpointing on the same batches and per-step seeds (A B A B):
+//            its losses must equal the planned run's (bitwise for
+//            deterministic CPU ops), and its step time and activation peak
+//            are the reference of the summary;
+//   summarize  medians (warm-up steps, the first 3, left out), ratios;
+//   render   text (progress lines, then a summary) or one JSON object.
+// Peaks are compared with the budget in its units: the measured activation
+// peak plus the chain input's bytes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,7 +24,7 @@
 #include <remat/profile.h>
 #include <nlohmann/json.hpp>
 
-#include "budget.h"
+#include <remat/budget.h>
 #include "cli_error.h"
 #include "commands.h"
 #include "progress.h"
@@ -104,66 +108,99 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
   return command;
 }
 
-void run_train(const TrainOptions& options, const CommandIo& io) {
-  apply_threads(options.threads);
-  const StrategySpec strategy = parse_strategy(options.budget.strategy);
-  const BudgetSpec budget = parse_budget(options.budget.budget);
-  const Mode mode = parse_mode(options.mode);
-  if (options.steps < 1) {
-    throw UsageError(
-        "--steps: expected a positive integer, got " +
-        std::to_string(options.steps));
-  }
+namespace {
+
+/// What one `remat train` run measured.
+struct TrainRun {
+  std::string model;
+  planner::Strategy strategy;
+  Budget budget;
+  PlanChoice choice;
+  int64_t input_bytes = 0;
+  int64_t steps = 0;
+  std::vector<double> losses;
+  std::vector<double> step_ms;
+  /// Highest activation peak over the steps (forward + loss + backward).
+  int64_t activation_peak_bytes = 0;
+  /// The same plus the input bytes: the budget's units.
+  int64_t peak_bytes = 0;
+  int64_t over_budget_steps = 0;
+  double seconds = 0;
+  // The interleaved no-checkpoint baseline (baseline_steps == 0: none).
+  int64_t baseline_steps = 0;
+  int64_t baseline_peak_bytes = 0;
+  std::vector<double> baseline_step_ms;
+  std::vector<double> compared_step_ms;  ///< the planned run, same steps
+  double max_loss_difference = 0;
+};
+
+/// The numbers the renderers print.
+struct TrainSummary {
+  size_t window = 0;
+  double first_loss_mean = 0;
+  double last_loss_mean = 0;
+  double step_ms_median = 0;
+  double baseline_step_ms_median = 0;
+  double compared_step_ms_median = 0;
+  double memory_ratio = 0;
+  double time_ratio = 0;
+};
+
+TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
   const bool human = !options.json;
   const auto start = Clock::now();
+  TrainRun run;
+  run.strategy = planner::Strategy::parse(options.budget.strategy);
+  run.budget = Budget::parse(options.budget.budget);
+  run.steps = options.steps;
+  const Mode mode = parse_mode(options.mode);
 
   Workload workload(options.model, options.seed);
   torch::nn::Sequential model = workload.model();
+  run.model = workload.description();
   if (human) {
-    io.out << "model     " << workload.description() << '\n';
+    io.out << "model     " << run.model << '\n';
   }
   const Batch probe = workload.next_batch();
   check_trainable(
-      strategy, mode, static_cast<int64_t>(model->size()), probe.inputs);
+      run.strategy, mode, static_cast<int64_t>(model->size()), probe.inputs);
   const planner::Chain chain = profile_chain(model, probe.inputs);
-  const MeasuredReference reference = measure_reference(
-      chain, model, workload, probe, step_seed(options.seed, -1));
-  const int64_t store_all_peak = reference.no_checkpoint_peak_bytes;
-  const BudgetFrame frame = reference.frame;
-  const PlanChoice choice = choose_plan(
+  run.input_bytes = chain.input_bytes();
+  run.choice = choose_plan(
       chain,
-      strategy,
-      budget,
+      run.strategy,
+      run.budget,
       options.budget.budget_given,
-      frame,
       options.budget.slots);
-  const double predicted_peak =
-      static_cast<double>(choice.simulation.peak_bytes - frame.offset_bytes);
+  const PlanChoice& choice = run.choice;
   if (human) {
     io.out << "budget    "
-           << (choice.budget_bytes ? budget.to_string() : std::string("none"));
-    if (choice.budget_bytes) {
-      io.out << " = " << format_bytes(*choice.budget_bytes);
-    }
-    io.out << " (no-checkpoint activation peak measured: "
-           << format_bytes(store_all_peak) << ")\n";
-    io.out << "plan      " << strategy.to_string() << ": "
+           << (choice.budget_bytes
+                   ? run.budget.to_string() + " = " +
+                         planner::format_bytes(*choice.budget_bytes)
+                   : std::string("none"))
+           << " (predicted no-checkpoint peak "
+           << planner::format_bytes(choice.store_all_peak_bytes) << ")\n";
+    io.out << "plan      " << run.strategy.to_string() << ": "
            << plan_brief(choice.plan) << '\n';
     io.out << "predicted peak "
-           << format_bytes(static_cast<int64_t>(predicted_peak)) << " ("
-           << fixed(predicted_peak / static_cast<double>(store_all_peak), 2)
+           << planner::format_bytes(choice.simulation.peak_bytes) << " ("
+           << fixed(
+                  static_cast<double>(choice.simulation.peak_bytes) /
+                      static_cast<double>(choice.store_all_peak_bytes),
+                  2)
            << "x), time "
            << fixed(choice.simulation.time_ms / choice.store_all_time_ms, 2)
            << "x of no checkpointing\n";
   }
 
   const bool with_baseline = !options.no_baseline && options.baseline_steps > 0;
-  const int64_t baseline_steps =
+  run.baseline_steps =
       with_baseline ? std::min(options.baseline_steps, options.steps) : 0;
   std::optional<Trainer> baseline;
   if (with_baseline) {
-    const PlanChoice none =
-        choose_plan(chain, parse_strategy("none"), BudgetSpec{}, false, frame);
+    const PlanChoice none = choose_plan(
+        chain, planner::Strategy::parse("none"), Budget::none(), false);
     baseline.emplace(clone_sequential(model), none, mode, options.lr);
   }
   Trainer trainer(model, choice, mode, options.lr);
@@ -171,15 +208,12 @@ void run_train(const TrainOptions& options, const CommandIo& io) {
     io.out << "executor  " << trainer.executor().description() << "; "
            << options.steps << " steps";
     if (with_baseline) {
-      io.out << ", the first " << baseline_steps
+      io.out << ", the first " << run.baseline_steps
              << " interleaved with a no-checkpoint copy";
     }
     io.out << '\n';
   }
 
-  std::vector<double> losses, step_ms, baseline_step_ms, planned_step_ms;
-  int64_t peak_max = 0, baseline_peak_max = 0, over_budget_steps = 0;
-  double max_loss_difference = 0;
   double planned_wall_s = 0, baseline_wall_s = 0;
   const int64_t log_every = options.log_every > 0
                                 ? options.log_every
@@ -191,137 +225,173 @@ void run_train(const TrainOptions& options, const CommandIo& io) {
     auto step_start = Clock::now();
     const StepResult result = trainer.step(workload, batch, seed);
     planned_wall_s += seconds_since(step_start);
-    losses.push_back(result.loss);
-    step_ms.push_back(result.step_ms());
-    peak_max = std::max(peak_max, result.activation_peak_bytes);
-    if (choice.budget_bytes &&
-        result.activation_peak_bytes > *choice.budget_bytes) {
-      ++over_budget_steps;
-    }
-    if (step < baseline_steps) {
+    const int64_t peak = result.activation_peak_bytes + run.input_bytes;
+    run.losses.push_back(result.loss);
+    run.step_ms.push_back(result.step_ms());
+    run.peak_bytes = std::max(run.peak_bytes, peak);
+    run.activation_peak_bytes =
+        std::max(run.activation_peak_bytes, result.activation_peak_bytes);
+    run.over_budget_steps +=
+        choice.budget_bytes && peak > *choice.budget_bytes ? 1 : 0;
+    if (step < run.baseline_steps) {
       step_start = Clock::now();
       const StepResult reference = baseline->step(workload, batch, seed);
       baseline_wall_s += seconds_since(step_start);
-      baseline_peak_max =
-          std::max(baseline_peak_max, reference.activation_peak_bytes);
-      max_loss_difference = std::max(
-          max_loss_difference, std::fabs(reference.loss - result.loss));
-      if (step >= kWarmupSteps || baseline_steps <= kWarmupSteps) {
-        baseline_step_ms.push_back(reference.step_ms());
-        planned_step_ms.push_back(result.step_ms());
+      run.baseline_peak_bytes = std::max(
+          run.baseline_peak_bytes,
+          reference.activation_peak_bytes + run.input_bytes);
+      run.max_loss_difference = std::max(
+          run.max_loss_difference, std::fabs(reference.loss - result.loss));
+      if (step >= kWarmupSteps || run.baseline_steps <= kWarmupSteps) {
+        run.baseline_step_ms.push_back(reference.step_ms());
+        run.compared_step_ms.push_back(result.step_ms());
       }
     }
     if (human) {
       const double per_step = planned_wall_s / static_cast<double>(step + 1);
       const double per_baseline =
-          step < baseline_steps
+          step < run.baseline_steps
               ? baseline_wall_s / static_cast<double>(step + 1)
               : 0;
       const double left =
           per_step * static_cast<double>(options.steps - step - 1) +
-          per_baseline * static_cast<double>(
-                             std::max<int64_t>(0, baseline_steps - step - 1));
+          per_baseline * static_cast<double>(std::max<int64_t>(
+                             0, run.baseline_steps - step - 1));
       std::ostringstream line;
       line << "step " << step + 1 << "/" << options.steps << "  loss "
            << fixed(result.loss, 4) << "  step " << fixed(result.step_ms(), 0)
-           << " ms  peak " << format_bytes(result.activation_peak_bytes);
+           << " ms  peak " << planner::format_bytes(peak);
       if (choice.budget_bytes) {
-        line << " / budget " << format_bytes(*choice.budget_bytes);
+        line << " / budget " << planner::format_bytes(*choice.budget_bytes);
       }
       line << "  left " << format_duration(left);
       progress.update(line.str(), step + 1 == options.steps);
     }
   }
   progress.finish();
-  const double total_s = seconds_since(start);
+  run.seconds = seconds_since(start);
+  return run;
+}
 
-  const size_t window = std::min<size_t>(kLossWindow, losses.size());
-  const double first_mean = mean(losses, 0, window);
-  const double last_mean = mean(losses, losses.size() - window, losses.size());
-  const double median_ms = median(step_ms);
-
-  if (options.json) {
-    nlohmann::json report;
-    report["model"] = workload.description();
-    report["strategy"] = strategy.to_string();
-    report["budget"] =
-        (choice.budget_bytes ? budget.to_string() : std::string("none"));
-    report["budget_bytes"] = choice.budget_bytes
-                                 ? nlohmann::json(*choice.budget_bytes)
-                                 : nlohmann::json(nullptr);
-    report["plan"] = choice.plan.to_string();
-    report["predicted_peak_bytes"] = static_cast<int64_t>(predicted_peak);
-    report["steps"] = options.steps;
-    report["first_loss"] = losses.front();
-    report["last_loss"] = losses.back();
-    report["first_loss_mean"] = first_mean;
-    report["last_loss_mean"] = last_mean;
-    report["activation_peak_bytes"] = peak_max;
-    report["over_budget_steps"] = over_budget_steps;
-    report["step_ms_median"] = median_ms;
-    report["no_checkpoint_peak_bytes"] = store_all_peak;
-    report["seconds"] = total_s;
-    if (with_baseline) {
-      report["baseline"] = {
-          {"steps", baseline_steps},
-          {"activation_peak_bytes", baseline_peak_max},
-          {"step_ms_median", median(baseline_step_ms)},
-          {"planned_step_ms_median", median(planned_step_ms)},
-          {"memory_ratio",
-           static_cast<double>(peak_max) /
-               static_cast<double>(std::max<int64_t>(1, baseline_peak_max))},
-          {"time_ratio",
-           median(planned_step_ms) / std::max(1e-9, median(baseline_step_ms))},
-          {"max_loss_difference", max_loss_difference}};
-    }
-    io.out << report.dump(2) << '\n';
-  } else {
-    io.out << "summary   " << options.steps << " steps in "
-           << format_duration(total_s) << '\n';
-    io.out << "  loss            first " << fixed(losses.front(), 4)
-           << " -> last " << fixed(losses.back(), 4) << "  (mean of first/last "
-           << window << ": " << fixed(first_mean, 4) << " -> "
-           << fixed(last_mean, 4) << ")\n";
-    io.out << "  activation peak " << format_bytes(peak_max) << " max";
-    if (choice.budget_bytes) {
-      io.out << ", budget " << format_bytes(*choice.budget_bytes) << ": "
-             << (over_budget_steps == 0
-                     ? std::string("within on every step")
-                     : "EXCEEDED on " + std::to_string(over_budget_steps) +
-                           " steps");
-    }
-    io.out << '\n';
-    if (with_baseline) {
-      const double baseline_ms = median(baseline_step_ms);
-      const double planned_ms = median(planned_step_ms);
-      io.out << "  vs no checkpointing (" << baseline_steps
-             << " interleaved steps):\n";
-      io.out << "    memory  " << format_bytes(peak_max) << " vs "
-             << format_bytes(baseline_peak_max) << " = "
-             << fixed(
-                    static_cast<double>(peak_max) /
-                        static_cast<double>(
-                            std::max<int64_t>(1, baseline_peak_max)),
-                    2)
-             << "x\n";
-      io.out << "    time    " << fixed(planned_ms, 1) << " ms vs "
-             << fixed(baseline_ms, 1) << " ms per step (median) = "
-             << fixed(planned_ms / std::max(1e-9, baseline_ms), 2) << "x\n";
-      io.out << "    losses  "
-             << (max_loss_difference == 0
-                     ? std::string("identical on every compared step")
-                     : "differ by up to " + std::to_string(max_loss_difference))
-             << '\n';
-    } else {
-      io.out << "  step time       " << fixed(median_ms, 1)
-             << " ms median (no baseline run)\n";
-    }
+TrainSummary summarize(const TrainRun& run) {
+  TrainSummary summary;
+  summary.window = std::min<size_t>(kLossWindow, run.losses.size());
+  summary.first_loss_mean = mean(run.losses, 0, summary.window);
+  summary.last_loss_mean =
+      mean(run.losses, run.losses.size() - summary.window, run.losses.size());
+  summary.step_ms_median = planner::median(run.step_ms);
+  if (run.baseline_steps > 0) {
+    summary.baseline_step_ms_median = planner::median(run.baseline_step_ms);
+    summary.compared_step_ms_median = planner::median(run.compared_step_ms);
+    summary.memory_ratio =
+        static_cast<double>(run.peak_bytes) /
+        static_cast<double>(std::max<int64_t>(1, run.baseline_peak_bytes));
+    summary.time_ratio = summary.compared_step_ms_median /
+                         std::max(1e-9, summary.baseline_step_ms_median);
   }
-  if (choice.budget_bytes && over_budget_steps > 0) {
-    io.err << "warning: the measured activation peak " << format_bytes(peak_max)
-           << " exceeded the budget " << format_bytes(*choice.budget_bytes)
-           << " on " << over_budget_steps << " of " << options.steps
-           << " steps\n";
+  return summary;
+}
+
+void render_json(
+    const TrainRun& run, const TrainSummary& summary, std::ostream& out) {
+  const PlanChoice& choice = run.choice;
+  nlohmann::json report;
+  report["model"] = run.model;
+  report["strategy"] = run.strategy.to_string();
+  report["budget"] =
+      choice.budget_bytes ? run.budget.to_string() : std::string("none");
+  report["budget_bytes"] = choice.budget_bytes
+                               ? nlohmann::json(*choice.budget_bytes)
+                               : nlohmann::json(nullptr);
+  report["plan"] = choice.plan.to_string();
+  report["predicted_peak_bytes"] = choice.simulation.peak_bytes;
+  report["input_bytes"] = run.input_bytes;
+  report["steps"] = run.steps;
+  report["first_loss"] = run.losses.front();
+  report["last_loss"] = run.losses.back();
+  report["first_loss_mean"] = summary.first_loss_mean;
+  report["last_loss_mean"] = summary.last_loss_mean;
+  report["peak_bytes"] = run.peak_bytes;
+  report["activation_peak_bytes"] = run.activation_peak_bytes;
+  report["no_checkpoint_peak_bytes"] = choice.store_all_peak_bytes;
+  report["over_budget_steps"] = run.over_budget_steps;
+  report["step_ms_median"] = summary.step_ms_median;
+  report["seconds"] = run.seconds;
+  if (run.baseline_steps > 0) {
+    report["baseline"] = {
+        {"steps", run.baseline_steps},
+        {"peak_bytes", run.baseline_peak_bytes},
+        {"activation_peak_bytes", run.baseline_peak_bytes - run.input_bytes},
+        {"step_ms_median", summary.baseline_step_ms_median},
+        {"planned_step_ms_median", summary.compared_step_ms_median},
+        {"memory_ratio", summary.memory_ratio},
+        {"time_ratio", summary.time_ratio},
+        {"max_loss_difference", run.max_loss_difference}};
+  }
+  out << report.dump(2) << '\n';
+}
+
+void render_text(
+    const TrainRun& run, const TrainSummary& summary, std::ostream& out) {
+  const PlanChoice& choice = run.choice;
+  using planner::format_bytes;
+  out << "summary   " << run.steps << " steps in "
+      << format_duration(run.seconds) << '\n';
+  out << "  loss            first " << fixed(run.losses.front(), 4)
+      << " -> last " << fixed(run.losses.back(), 4) << "  (mean of first/last "
+      << summary.window << ": " << fixed(summary.first_loss_mean, 4) << " -> "
+      << fixed(summary.last_loss_mean, 4) << ")\n";
+  out << "  peak            " << format_bytes(run.peak_bytes)
+      << " max (activations + input)";
+  if (choice.budget_bytes) {
+    out << ", budget " << format_bytes(*choice.budget_bytes) << ": "
+        << (run.over_budget_steps == 0
+                ? std::string("within on every step")
+                : "EXCEEDED on " + std::to_string(run.over_budget_steps) +
+                      " steps");
+  }
+  out << '\n';
+  if (run.baseline_steps == 0) {
+    out << "  step time       " << fixed(summary.step_ms_median, 1)
+        << " ms median (no baseline run)\n";
+    return;
+  }
+  out << "  vs no checkpointing (" << run.baseline_steps
+      << " interleaved steps):\n";
+  out << "    memory  " << format_bytes(run.peak_bytes) << " vs "
+      << format_bytes(run.baseline_peak_bytes) << " = "
+      << fixed(summary.memory_ratio, 2) << "x\n";
+  out << "    time    " << fixed(summary.compared_step_ms_median, 1)
+      << " ms vs " << fixed(summary.baseline_step_ms_median, 1)
+      << " ms per step (median) = " << fixed(summary.time_ratio, 2) << "x\n";
+  out << "    losses  "
+      << (run.max_loss_difference == 0
+              ? std::string("identical on every compared step")
+              : "differ by up to " + std::to_string(run.max_loss_difference))
+      << '\n';
+}
+
+}  // namespace
+
+void run_train(const TrainOptions& options, const CommandIo& io) {
+  apply_threads(options.threads);
+  if (options.steps < 1) {
+    throw UsageError(
+        "--steps: expected a positive integer, got " +
+        std::to_string(options.steps));
+  }
+  const TrainRun run = measure_training(options, io);
+  const TrainSummary summary = summarize(run);
+  if (options.json) {
+    render_json(run, summary, io.out);
+  } else {
+    render_text(run, summary, io.out);
+  }
+  if (run.choice.budget_bytes && run.over_budget_steps > 0) {
+    io.err << "warning: the measured peak "
+           << planner::format_bytes(run.peak_bytes) << " exceeded the budget "
+           << planner::format_bytes(*run.choice.budget_bytes) << " on "
+           << run.over_budget_steps << " of " << run.steps << " steps\n";
   }
 }
 

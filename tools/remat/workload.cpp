@@ -9,7 +9,7 @@
 
 #include <models/models.h>
 
-#include "budget.h"
+#include <remat/planner/units.h>
 #include "cli_error.h"
 
 namespace remat::cli {
@@ -123,7 +123,7 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
            << flags.heads << " heads, seq " << flags.seq << ", batch "
            << flags.batch << "; vocab " << tokenizer.vocab_size() << ", "
            << (flags.data.empty() ? "built-in text" : flags.data) << " "
-           << format_bytes(static_cast<int64_t>(text.size()));
+           << planner::format_bytes(static_cast<int64_t>(text.size()));
   } else if (flags.model == "mlp") {
     std::vector<int64_t> widths(flags.layers + 1, flags.hidden);
     widths.push_back(kClasses);
