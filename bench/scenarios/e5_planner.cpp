@@ -66,7 +66,7 @@ Section run_e5(const E5Options& options, const Context& context) {
            "stages, forward 0.5–2 ms, backward 1–4 ms); budget = min feasible "
            "+ "
         << options.fraction << " × (store-all peak − min feasible). "
-        << options.runs
+        << runs
         << " solves per row: wall time median and min, the process's CPU "
            "time (all threads) median. `threads` is SolverOptions::threads "
            "(0: chosen by the solver; this machine has "
