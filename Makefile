@@ -6,7 +6,8 @@
 #   make test-sid           LibTorch 2.14.1 (Debian unstable): build, test, install-check
 #   make test-trixie        LibTorch 2.6.0 CPU (Debian 13): build, test, install-check
 #   make build-trixie-cuda  LibTorch 2.6.0 CUDA 12.4: compile and link every target
-# Other targets: build, install-check, sanitize (ASan+UBSan test run), format, clean.
+# Other targets: build, install-check, sanitize (ASan+UBSan test run), format, clean,
+#   bench (run every benchmark scenario, regenerate docs/benchmarks.md).
 
 BUILD      ?= build
 BUILD_TYPE ?= Release
@@ -18,7 +19,7 @@ SETUP      ?= setup
 EXAMPLES_CMAKE_ARGS ?=
 
 .PHONY: setup configure build demo test unit-tests install-check install-check-build \
-        test-matrix test-sid test-trixie build-trixie-cuda sanitize format clean
+        test-matrix test-sid test-trixie build-trixie-cuda sanitize format clean bench
 
 setup:
 	bash scripts/setup.sh
@@ -73,6 +74,20 @@ sanitize: $(SETUP)
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DREMAT_SANITIZE=ON -DREMAT_BUILD_BENCH=OFF
 	cmake --build build-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+
+# Installs the benchmark dependencies (the bench group: python3-torch for E6),
+# builds remat_bench, runs every scenario at the sizes of BENCH_SCENARIOS and
+# regenerates docs/benchmarks.md from the results (tables also as CSV and
+# JSON in BENCH_OUT). About 15 minutes on 2 idle cores.
+BENCH_OUT       ?= $(BUILD)/bench-results
+BENCH_SCENARIOS ?= E1 --batch 512 E2 E2-variants E5 E6
+bench:
+	$(if $(SETUP),bash scripts/setup.sh bench)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
+	cmake --build $(BUILD) -j $(JOBS) --target remat_bench
+	rm -rf $(BENCH_OUT)
+	$(BUILD)/bench/remat_bench --out $(BENCH_OUT) --page docs/benchmarks.md \
+	  --preamble bench/benchmarks_preamble.md $(BENCH_SCENARIOS)
 
 format:
 	git ls-files '*.h' '*.cpp' | xargs clang-format -i

@@ -199,7 +199,10 @@ int run_main(int argc, char** argv) {
       status = 1;
     }
   }
-  if (!page_path.empty()) {
+  if (!page_path.empty() && status != 0) {
+    std::cerr << "remat_bench: " << page_path
+              << " left as it was: a scenario failed\n";
+  } else if (!page_path.empty()) {
     try {
       std::vector<std::string> sections;
       for (const Scenario& scenario : scenarios) {

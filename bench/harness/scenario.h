@@ -23,7 +23,7 @@
 //    each Section is printed to stdout as Markdown as soon as it is done and,
 //    with --out DIR, written as DIR/<name>.{md,json} and one CSV per table;
 //    --page FILE then rebuilds FILE from --preamble and every DIR/<name>.md
-//    present, in scenario order.
+//    present, in scenario order (only when every scenario run succeeded).
 #pragma once
 
 #include <functional>
