@@ -245,11 +245,18 @@ struct Row {
   GradCompare dropout_on;
 };
 
+/// The planned row's budget (0: no planned row) and the chain input's bytes,
+/// which the budget counts and the activation peak does not.
+struct PlannedBudget {
+  int64_t budget_bytes = 0;
+  int64_t input_bytes = 0;
+};
+
 std::vector<Row> make_rows(
     const E6Options& options,
     torch::nn::Sequential model,
     const torch::Tensor& input,
-    std::string* planned_note) {
+    PlannedBudget* planned) {
   const std::string k = std::to_string(options.segments);
   std::vector<Row> rows;
   const auto add = [&](std::string name,
@@ -319,7 +326,7 @@ std::vector<Row> make_rows(
         " bytes), got none; the minimum is ",
         remat::planner::min_feasible_budget_bytes(chain),
         " bytes");
-    remat::PlannedSequential planned(model, *plan);
+    remat::PlannedSequential planned_model(model, *plan);
     const std::string percent =
         std::to_string(std::lround(options.budget * 100)) + "%";
     add("planned(" + percent + ")",
@@ -327,12 +334,11 @@ std::vector<Row> make_rows(
             budget.to_string(),
         "",
         "no counterpart (its gradients are compared with PyTorch's plain run)",
-        [planned](const torch::Tensor& x) mutable {
-          return planned->forward(x);
+        [planned_model](const torch::Tensor& x) mutable {
+          return planned_model->forward(x);
         });
-    *planned_note = "budget " + std::to_string(budget_bytes) +
-                    " bytes, the chain input (" +
-                    std::to_string(chain.input_bytes()) + " bytes) included";
+    planned->budget_bytes = budget_bytes;
+    planned->input_bytes = chain.input_bytes();
   }
   return rows;
 }
@@ -479,8 +485,8 @@ Section run_e6(const E6Options& requested, const Context& context) {
     return output.pow(2).mean();
   };
   Runner runner(workload, context.runner_options());
-  std::string planned_note;
-  auto rows = make_rows(options, model, input, &planned_note);
+  PlannedBudget planned;
+  auto rows = make_rows(options, model, input, &planned);
 
   // The PyTorch side.
   Workdir workdir(options.workdir);
@@ -749,8 +755,14 @@ Section run_e6(const E6Options& requested, const Context& context) {
           << " ms (rounds: " << none.pytorch.step().median << " ms)";
   }
   rerun << ".";
-  if (!planned_note.empty()) {
-    rerun << " Planned row: " << planned_note << ".";
+  if (planned.budget_bytes > 0) {
+    const Row& row = rows.back();
+    const int64_t counted = row.remat.peak_bytes + planned.input_bytes;
+    rerun << " " << row.name << ": activation peak " << row.remat.peak_bytes
+          << " + input " << planned.input_bytes << " = " << counted
+          << " bytes against a budget of " << planned.budget_bytes
+          << " bytes: " << (counted <= planned.budget_bytes ? "within" : "OVER")
+          << ".";
   }
   section.add_text(rerun.str());
   return section;
