@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # gpu.sh OUTDIR — remat on a CUDA machine, in one run of at most about 8 minutes:
-# builds remat against the machine's PyTorch LibTorch, runs the CUDA tests, the
-# checkpoint benchmark at a size that fills a large GPU, then as much of the CPU
-# test suite as the remaining time allows; writes logs and tables into OUTDIR.
+# builds remat against the machine's PyTorch LibTorch, runs the CUDA tests,
+# benchmark E6's remat side (remat_bench E6 --device cuda: no checkpointing,
+# per-block and sequential checkpointing in both modes, a planned row) at a size
+# that fills a large GPU, then as much of the CPU test suite as the remaining
+# time allows; writes logs and tables into OUTDIR.
 #
 # For a machine with CUDA, nvcc, CMake and a Python PyTorch 2.x with CUDA, but no
 # package manager and no network. LibTorch comes from
@@ -103,13 +105,14 @@ grep "^\[ cuda     \]" "$out/cuda_test.log" | sed 's/^/  /' | tee -a "$summary"
 # ---- 5. GPU benchmark
 if [ "$has_gpu" = 1 ]; then
   # 24 blocks of 2048 -> 8192 -> 2048 at batch 16384: about 40 GB of activations.
-  note "checkpoint_bench on cuda (checkpoint_bench_cuda.md)"
-  if timeout $(($(left) > 60 ? $(left) - 30 : 30)) "$build/bench/checkpoint_bench" --device cuda \
-    --blocks 24 --dim 2048 --hidden 8192 --batch 16384 --threads 4 --markdown \
-    > "$out/checkpoint_bench_cuda.md" 2>&1; then
-    tee -a "$summary" < "$out/checkpoint_bench_cuda.md"
+  # E6's PyTorch column is CPU-only; on a GPU the section says so.
+  note "remat_bench E6 on cuda (e6_cuda.md; tables in e6_cuda/)"
+  if timeout $(($(left) > 60 ? $(left) - 30 : 30)) "$build/bench/remat_bench" --device cuda \
+    --threads 4 --out "$out/e6_cuda" E6 --blocks 24 --dim 2048 --hidden 8192 --batch 16384 \
+    > "$out/e6_cuda.md" 2>&1; then
+    tee -a "$summary" < "$out/e6_cuda.md"
   else
-    note "FAILED or timed out: checkpoint_bench on cuda"
+    note "FAILED or timed out: remat_bench E6 on cuda"
     failed=1
   fi
 else
