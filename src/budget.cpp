@@ -63,10 +63,10 @@ double unit_multiplier(const std::string& unit) {
   TORCH_CHECK(
       false,
       "remat::Budget::parse: expected bytes (512MiB, 1GiB, 300MB, 1000000), "
-      "a percentage of the store-all peak in (0%, 100%] (50%) or \"none\", "
-      "got \"",
+      "a percentage of the store-all peak in (0%, 100%] (50%) or 'none'; "
+      "got '",
       text,
-      "\" (",
+      "' (",
       why,
       ")");
   std::abort();  // unreachable: TORCH_CHECK(false) throws
@@ -149,8 +149,8 @@ Budget Budget::parse(const std::string& text) {
   if (multiplier == 0) {
     reject(
         text,
-        "unknown unit \"" + unit_text +
-            "\"; units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, %");
+        "unknown unit '" + unit_text +
+            "'; units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, %");
   }
   const double bytes = value * multiplier;
   if (!(bytes >= 1)) {

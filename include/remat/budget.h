@@ -48,7 +48,7 @@ struct Budget {
   ///     "300MB" (B, KB, MB, GB, TB: powers of 1000), "512MiB", "1.5GiB"
   ///     (KiB, MiB, GiB, TiB: powers of 1024)
   /// Throws c10::Error naming the text received and what was expected, e.g.
-  /// for "10XB": ... got "10XB" (unknown unit "XB") ...
+  /// for "10XB": ... got '10XB' (unknown unit 'XB'; ...)
   static Budget parse(const std::string& text);
 
   Kind kind() const {

@@ -180,14 +180,15 @@ void explain(std::ostream& out, const Chain& chain, const Plan& plan) {
   for (const StageUse& use : uses) {
     recomputed += use.forwards - 1;
   }
-  out << "\npredicted peak " << exact_bytes(simulation.peak_bytes) << ", "
+  out << "\npredicted peak " << format_bytes(simulation.peak_bytes) << " ("
+      << simulation.peak_bytes << " bytes, "
       << fixed(
              100.0 * static_cast<double>(simulation.peak_bytes) /
                  static_cast<double>(store_all.peak_bytes),
              2)
       << "% of store-all " << format_bytes(store_all.peak_bytes)
-      << "; predicted time " << fixed(simulation.time_ms, 3)
-      << " ms (store-all " << fixed(store_all.time_ms, 3) << " ms); "
+      << "), predicted time " << fixed(simulation.time_ms, 3)
+      << " ms (store-all " << fixed(store_all.time_ms, 3) << " ms), "
       << recomputed << " recomputed stage forwards\n";
 }
 
