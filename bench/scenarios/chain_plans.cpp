@@ -38,4 +38,21 @@ int64_t stage_forwards(const planner::Plan& plan) {
       });
 }
 
+void E2Sizes::add_flags(CLI::App& command) {
+  command.add_option("--resnet-batch", resnet_batch, "ResNet images")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  command.add_option("--mlp-batch", mlp_batch, "MLP rows")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+}
+
+int64_t E2Sizes::resnet(const Context& context) const {
+  return context.quick ? std::min<int64_t>(4, resnet_batch) : resnet_batch;
+}
+
+int64_t E2Sizes::mlp(const Context& context) const {
+  return context.quick ? std::min<int64_t>(64, mlp_batch) : mlp_batch;
+}
+
 }  // namespace remat::bench

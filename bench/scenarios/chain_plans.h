@@ -1,10 +1,14 @@
 // chain_plans.h — what the planned-execution scenarios (E1, E2, E2-variants)
-// share: how a chain is profiled for them, and counts read off plans.
+// share: how a chain is profiled for them, counts read off plans, and the E2
+// models' batch sizes.
 #pragma once
 
 #include <cstdint>
 
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
+
+#include "harness/scenario.h"
 
 #include "remat/planner.h"
 #include "remat/remat.h"
@@ -24,5 +28,17 @@ planner::Chain with_equal_stage_times(const planner::Chain& chain);
 
 /// Stage forwards a plan executes (every op but the backwards).
 int64_t stage_forwards(const planner::Plan& plan);
+
+/// The batch sizes of E2's two models, shared by E2 and E2-variants.
+struct E2Sizes {
+  int64_t resnet_batch = 32;  // ResNet images per batch (--quick: at most 4)
+  int64_t mlp_batch = 256;    // MLP rows (--quick: at most 64)
+
+  /// Adds --resnet-batch and --mlp-batch, bound to this object.
+  void add_flags(CLI::App& command);
+  /// The batches a run uses: the flags', capped under --quick.
+  int64_t resnet(const Context& context) const;
+  int64_t mlp(const Context& context) const;
+};
 
 }  // namespace remat::bench

@@ -26,11 +26,6 @@
 namespace remat::bench {
 namespace {
 
-struct E2Options {
-  int64_t resnet_batch = 32;  // images per batch (--quick: 4)
-  int64_t mlp_batch = 256;    // MLP rows (--quick: 64)
-};
-
 // What a configuration runs, as the planner sees it.
 struct Predicted {
   int64_t stage_forwards = 0;
@@ -219,7 +214,7 @@ void run_model(
   section.add_table(std::move(all));
 }
 
-Section run_e2(const E2Options& options, const Context& context) {
+Section run_e2(const E2Sizes& sizes, const Context& context) {
   Section section;
   section.title = "E2 — heterogeneous chains vs checkpoint_sequential";
   section.add_text(
@@ -234,9 +229,7 @@ Section run_e2(const E2Options& options, const Context& context) {
   E2Ratios ratios;
   {
     torch::manual_seed(11);
-    const int64_t batch = context.quick
-                              ? std::min<int64_t>(4, options.resnet_batch)
-                              : options.resnet_batch;
+    const int64_t batch = sizes.resnet(context);
     auto model = remat::models::resnet_chain(
         remat::models::ResNetChainOptions().stage_channels({16, 32, 64, 128}));
     run_model(
@@ -252,9 +245,7 @@ Section run_e2(const E2Options& options, const Context& context) {
   }
   {
     torch::manual_seed(12);
-    const int64_t batch = context.quick
-                              ? std::min<int64_t>(64, options.mlp_batch)
-                              : options.mlp_batch;
+    const int64_t batch = sizes.mlp(context);
     const auto widths = remat::models::varying_mlp_widths(16);
     auto model =
         remat::models::mlp_chain(remat::models::MlpChainOptions(widths));
@@ -300,15 +291,10 @@ const bool kE2Registered = register_scenario(
      "budget",
      20,
      [](CLI::App& command) -> ScenarioRun {
-       auto options = std::make_shared<E2Options>();
-       command
-           .add_option("--resnet-batch", options->resnet_batch, "ResNet images")
-           ->capture_default_str();
-       command.add_option("--mlp-batch", options->mlp_batch, "MLP rows")
-           ->capture_default_str();
-       return [options](const Context& context) {
-         return run_e2(*options, context);
-       };
+       auto sizes = std::make_shared<E2Sizes>();
+       sizes->add_flags(command);
+       return
+           [sizes](const Context& context) { return run_e2(*sizes, context); };
      }});
 
 }  // namespace remat::bench

@@ -23,11 +23,6 @@
 namespace remat::bench {
 namespace {
 
-struct VariantOptions {
-  int64_t resnet_batch = 32;  // images per batch (--quick: 4)
-  int64_t mlp_batch = 256;    // MLP rows (--quick: 64)
-};
-
 torch::nn::Sequential split_children(const torch::nn::Sequential& model) {
   torch::nn::Sequential split;
   for (const auto& child : *model) {
@@ -100,7 +95,7 @@ std::vector<Cell> predict_variant(
       Cell::number(worst_slots, 4)};
 }
 
-Section run_variants(const VariantOptions& options, const Context& context) {
+Section run_variants(const E2Sizes& sizes, const Context& context) {
   Section section;
   section.title = "E2 variants — prediction on finer and deeper chains";
   section.add_text(
@@ -118,9 +113,7 @@ Section run_variants(const VariantOptions& options, const Context& context) {
       "geometric mean ratio",
       "worst ratio",
       "500 / 5000 slots"};
-  const int64_t resnet_batch = context.quick
-                                   ? std::min<int64_t>(4, options.resnet_batch)
-                                   : options.resnet_batch;
+  const int64_t resnet_batch = sizes.resnet(context);
   const auto images = [&](int64_t side) {
     return torch::randn({resnet_batch, 3, side, side});
   };
@@ -138,9 +131,7 @@ Section run_variants(const VariantOptions& options, const Context& context) {
       images(32)));
   table.add_row(predict_variant(
       "ResNet, split, 64×64 images", split_children(resnet(2)), images(64)));
-  const int64_t mlp_batch = context.quick
-                                ? std::min<int64_t>(64, options.mlp_batch)
-                                : options.mlp_batch;
+  const int64_t mlp_batch = sizes.mlp(context);
   const auto widths = remat::models::varying_mlp_widths(16);
   const auto mlp = [&](double dropout) {
     torch::manual_seed(12);
@@ -164,14 +155,10 @@ const bool kE2VariantsRegistered = register_scenario(
      "E2 by prediction only, on finer and deeper chains; 500 vs 5000 slots",
      25,
      [](CLI::App& command) -> ScenarioRun {
-       auto options = std::make_shared<VariantOptions>();
-       command
-           .add_option("--resnet-batch", options->resnet_batch, "ResNet images")
-           ->capture_default_str();
-       command.add_option("--mlp-batch", options->mlp_batch, "MLP rows")
-           ->capture_default_str();
-       return [options](const Context& context) {
-         return run_variants(*options, context);
+       auto sizes = std::make_shared<E2Sizes>();
+       sizes->add_flags(command);
+       return [sizes](const Context& context) {
+         return run_variants(*sizes, context);
        };
      }});
 

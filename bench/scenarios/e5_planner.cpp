@@ -65,8 +65,7 @@ Section run_e5(const E5Options& options, const Context& context) {
            "output 1–4 MiB, saved 1–3× the output, transients on 20% of the "
            "stages, forward 0.5–2 ms, backward 1–4 ms); budget = min feasible "
            "+ "
-        << options.fraction << " × (store-all peak − min feasible). "
-        << runs
+        << options.fraction << " × (store-all peak − min feasible). " << runs
         << " solves per row: wall time median and min, the process's CPU "
            "time (all threads) median. `threads` is SolverOptions::threads "
            "(0: chosen by the solver; this machine has "
