@@ -2,6 +2,7 @@
 // report.h). Bytes are rendered by remat::planner::format_bytes alone.
 #include "harness/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -203,6 +204,39 @@ std::string to_markdown(const Section& section) {
     } else {
       out << to_markdown(std::get<Table>(block));
     }
+  }
+  return out.str();
+}
+
+std::string to_text(const Table& table) {
+  std::vector<std::vector<std::string>> lines{table.columns};
+  for (const auto& row : table.rows) {
+    std::vector<std::string> line;
+    for (const Cell& cell : row) {
+      line.push_back(cell.markdown());
+    }
+    lines.push_back(std::move(line));
+  }
+  // Widths in code points, so that "—" and "×" count as one column.
+  const auto width = [](const std::string& text) {
+    return std::count_if(text.begin(), text.end(), [](char c) {
+      return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    });
+  };
+  std::vector<int64_t> widths(table.columns.size(), 0);
+  for (const auto& line : lines) {
+    for (size_t c = 0; c < line.size() && c < widths.size(); ++c) {
+      widths[c] = std::max<int64_t>(widths[c], width(line[c]));
+    }
+  }
+  std::ostringstream out;
+  for (const auto& line : lines) {
+    for (size_t c = 0; c < line.size() && c < widths.size(); ++c) {
+      const std::string padding(
+          static_cast<size_t>(widths[c] - width(line[c])), ' ');
+      out << (c ? "  " : "") << (c ? padding + line[c] : line[c] + padding);
+    }
+    out << "\n";
   }
   return out.str();
 }

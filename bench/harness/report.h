@@ -100,6 +100,9 @@ std::string to_markdown(const Table& table);
 /// The Markdown of a section: "## <title>", a line with the date, machine and
 /// command, then the body.
 std::string to_markdown(const Section& section);
+/// The table as aligned plain text for a terminal: the Markdown cells, the
+/// first column left-aligned, the others right-aligned, two spaces apart.
+std::string to_text(const Table& table);
 /// The CSV of a table: a header line of the columns, then one line per row.
 /// Cells with commas, quotes or newlines are quoted (RFC 4180).
 std::string to_csv(const Table& table);

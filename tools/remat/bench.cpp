@@ -3,107 +3,51 @@
 // plot.png (step time against measured activation peak, one curve per
 // strategy, drawn by gnuplot) and README.md (summary linking both).
 //
-// Protocol (bench-protocol.md): one model, one fixed batch and one seed for
-// every configuration, so that every step computes the same thing; rounds of
-// warm-up and timed steps interleave the configurations (A B C A B C ...);
-// the no-checkpoint configuration ("none") is always measured, it is the
-// reference of every ratio and of the correctness gate: the gradients of each
-// configuration must equal its gradients (the maximum difference is
-// reported; bitwise for deterministic CPU ops). No optimizer step is taken.
-// Budget-driven strategies (optimal, chen) get one row per budget; fixed ones
-// (sqrt, uniform:K, none) one row. 100% of a budget is the simulated
-// store-all peak; measured peaks are reported in the same units (activation
-// peak plus the input's bytes).
+// Three steps, each a function: plan_rows (one row per strategy and budget,
+// its plan chosen or its infeasibility stated), measure (the rows' executors
+// run by the benchmark harness's interleaved Runner: gradient gate, warm-up
+// and timed rounds A B C A B C ..., the no-checkpoint row as the baseline)
+// and render (one harness Table of the rows, written as the terminal table,
+// the CSV, the JSON rows and the README's Markdown, plus the plot). The
+// measuring protocol is bench/harness/runner.h's; no optimizer step is taken.
+// The no-checkpoint configuration ("none") is always measured: it is the
+// reference of every ratio and of the correctness gate (gradients bitwise
+// equal on CPU, or the command fails). Budget-driven strategies (optimal,
+// chen) get one row per budget; fixed ones (sqrt, uniform:K, none) one row.
+// 100% of a budget is the simulated store-all peak; measured peaks are in the
+// same units (activation peak plus the input's bytes).
 #include <algorithm>
-#include <chrono>
-#include <ctime>
-#include <fstream>
 #include <iomanip>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
-#include <thread>
 
 #include <remat/profile.h>
-#include <torch/version.h>
 #include <nlohmann/json.hpp>
 
 #include <remat/budget.h>
 #include "cli_error.h"
 #include "commands.h"
 #include "gnuplot.h"
+#include "harness/machine.h"
+#include "harness/report.h"
+#include "harness/runner.h"
 #include "runtime.h"
 #include "strategy.h"
 
 namespace remat::cli {
 namespace {
 
-// One configuration of the sweep and what was measured.
+// One configuration of the sweep and, once measured, what was measured.
 struct BenchRow {
   planner::Strategy strategy;
   std::string budget_label;  // "50%", "512 MiB", or "-" for fixed strategies
   std::optional<int64_t> budget_bytes;
   std::optional<PlanChoice> choice;  // nullopt: infeasible
   std::string status = "ok";
-  std::unique_ptr<Trainer> trainer;
-  std::vector<double> step_ms, forward_ms, backward_ms;
-  int64_t peak_bytes = 0;
-  double grad_max_difference = 0;
-  double loss = 0;
-
-  int64_t predicted_peak_bytes() const {
-    return choice->simulation.peak_bytes;
-  }
+  std::optional<bench::Measurement> measured;
 };
-
-std::string fixed(double value, int digits) {
-  std::ostringstream text;
-  text << std::fixed << std::setprecision(digits) << value;
-  return text.str();
-}
-
-std::vector<torch::Tensor> gradients(const torch::nn::Sequential& model) {
-  std::vector<torch::Tensor> grads;
-  for (const auto& parameter : model->parameters()) {
-    grads.push_back(
-        parameter.grad().defined() ? parameter.grad().clone()
-                                   : torch::Tensor());
-  }
-  return grads;
-}
-
-double max_difference(
-    const std::vector<torch::Tensor>& lhs,
-    const std::vector<torch::Tensor>& rhs) {
-  double difference = 0;
-  for (size_t index = 0; index < lhs.size() && index < rhs.size(); ++index) {
-    if (lhs[index].defined() && rhs[index].defined()) {
-      difference = std::max(
-          difference, (lhs[index] - rhs[index]).abs().max().item<double>());
-    }
-  }
-  return difference;
-}
-
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        return line.substr(colon + 2);
-      }
-    }
-  }
-  return "unknown CPU";
-}
-
-std::string today() {
-  const std::time_t now = std::time(nullptr);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%d", std::localtime(&now));
-  return text;
-}
 
 std::string file_stem(const planner::Strategy& strategy) {
   std::string stem = strategy.to_string();
@@ -136,6 +80,211 @@ std::string command_line(const BenchOptions& options) {
        << " --repeats " << options.repeats << " --threads " << options.threads
        << " --seed " << options.seed << " --out " << options.out;
   return text.str();
+}
+
+std::vector<BenchRow> plan_rows(
+    const BenchOptions& options,
+    const planner::Chain& chain,
+    const std::vector<planner::Strategy>& strategies) {
+  std::vector<BenchRow> rows;
+  for (const planner::Strategy& strategy : strategies) {
+    std::vector<std::pair<std::string, Budget>> row_budgets;
+    if (strategy.uses_budget()) {
+      for (const std::string& text : options.budgets) {
+        row_budgets.emplace_back(text, Budget::parse(text));
+      }
+    } else {
+      row_budgets.emplace_back("-", Budget::none());
+    }
+    for (const auto& [label, budget] : row_budgets) {
+      BenchRow row;
+      row.strategy = strategy;
+      row.budget_label = label;
+      try {
+        row.choice = choose_plan(chain, strategy, budget, false, options.slots);
+        row.budget_bytes = row.choice->budget_bytes;
+      } catch (const InfeasibleBudgetError& error) {
+        row.budget_bytes = budget.resolve_bytes(chain);
+        row.status = "infeasible (minimum " +
+                     planner::format_bytes(error.min_feasible_bytes()) + ")";
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
+// Runs every feasible row with the harness's Runner, "none" as the baseline;
+// fills row.measured (peaks in the chain's units: input bytes included).
+void measure(
+    std::vector<BenchRow>& rows,
+    const BenchOptions& options,
+    Workload& workload,
+    const Batch& batch,
+    Mode mode,
+    int64_t input_bytes) {
+  torch::nn::Sequential model = workload.model();
+  std::vector<size_t> order;  // rows in run order, the baseline first
+  for (size_t index = 0; index < rows.size(); ++index) {
+    if (rows[index].choice) {
+      const bool none =
+          rows[index].strategy.kind == planner::Strategy::Kind::kNone;
+      order.insert(none ? order.begin() : order.end(), index);
+    }
+  }
+  TORCH_INTERNAL_ASSERT(
+      !order.empty() &&
+      rows[order.front()].strategy.kind == planner::Strategy::Kind::kNone);
+  std::vector<bench::Configuration> configurations;
+  for (const size_t index : order) {
+    auto executor =
+        std::make_shared<Executor>(model, *rows[index].choice, mode);
+    configurations.push_back(
+        {rows[index].strategy.to_string() + "@" + rows[index].budget_label,
+         [executor](const torch::Tensor& input) {
+           return executor->forward(input);
+         }});
+  }
+  bench::RunnerOptions runner_options;
+  runner_options.warmup = static_cast<int>(options.warmup);
+  runner_options.rounds = static_cast<int>(options.repeats);
+  runner_options.seed = options.seed * 1000003ULL + 1;
+  bench::Runner runner(
+      {model.get(),
+       batch.inputs,
+       [&workload, &batch](const torch::Tensor& output) {
+         return workload.loss(output, batch);
+       }},
+      runner_options);
+  bench::RunResult result = runner.run(configurations);
+  for (size_t position = 0; position < order.size(); ++position) {
+    bench::Measurement measured = std::move(result.configurations[position]);
+    measured.peak_bytes += input_bytes;
+    rows[order[position]].measured = std::move(measured);
+  }
+}
+
+// The rows as one table: the CSV's columns, the JSON's keys.
+bench::Table rows_table(const std::vector<BenchRow>& rows) {
+  const bench::Measurement* reference = nullptr;
+  for (const BenchRow& row : rows) {
+    if (row.strategy.kind == planner::Strategy::Kind::kNone && row.measured) {
+      reference = &*row.measured;
+    }
+  }
+  TORCH_INTERNAL_ASSERT(reference != nullptr);
+  const double reference_ms = reference->step().median;
+  bench::Table table;
+  table.name = "bench";
+  table.columns = {
+      "strategy",
+      "budget",
+      "budget_bytes",
+      "predicted_peak_bytes",
+      "measured_peak_bytes",
+      "memory_ratio",
+      "step_ms_median",
+      "step_ms_min",
+      "step_ms_max",
+      "forward_ms",
+      "backward_ms",
+      "time_ratio",
+      "extra_forwards",
+      "grad_max_diff",
+      "status"};
+  using bench::Cell;
+  for (const BenchRow& row : rows) {
+    std::vector<Cell> cells{
+        Cell::text(row.strategy.to_string()),
+        Cell::text(row.budget_label),
+        row.budget_bytes ? Cell::bytes(*row.budget_bytes) : Cell::empty()};
+    if (row.measured) {
+      const bench::Measurement& measured = *row.measured;
+      const bench::Summary step = measured.step();
+      cells.insert(
+          cells.end(),
+          {Cell::bytes(row.choice->simulation.peak_bytes),
+           Cell::bytes(measured.peak_bytes),
+           Cell::ratio(
+               static_cast<double>(measured.peak_bytes) /
+               static_cast<double>(
+                   std::max<int64_t>(1, reference->peak_bytes))),
+           Cell::number(step.median, 2),
+           Cell::number(step.min, 2),
+           Cell::number(step.max, 2),
+           Cell::number(measured.forward().median, 2),
+           Cell::number(measured.backward().median, 2),
+           Cell::ratio(step.median / std::max(1e-9, reference_ms)),
+           Cell::integer(extra_forwards(row.choice->plan)),
+           Cell::number(measured.max_grad_diff, 9)});
+    } else {
+      cells.resize(table.columns.size() - 1);
+    }
+    cells.push_back(Cell::text(row.status));
+    table.add_row(std::move(cells));
+  }
+  return table;
+}
+
+// plot.gp and its data files in `out`; returns run_gnuplot's error or "".
+std::string write_plot(
+    const std::vector<BenchRow>& rows,
+    const BenchOptions& options,
+    int64_t stages) {
+  std::map<std::string, std::vector<const BenchRow*>> curves;
+  std::vector<std::string> curve_order;
+  for (const BenchRow& row : rows) {
+    if (!row.measured) {
+      continue;
+    }
+    const std::string name = row.strategy.to_string();
+    if (curves.find(name) == curves.end()) {
+      curve_order.push_back(name);
+    }
+    curves[name].push_back(&row);
+  }
+  std::ostringstream script;
+  script << "set terminal pngcairo size 1000,640 noenhanced font ',11'\n"
+         << "set output 'plot.png'\n"
+         << "set title "
+         << gnuplot_quote(
+                "remat bench: " + options.model.model + ", " +
+                std::to_string(stages) + " stages, batch " +
+                std::to_string(options.model.batch) + " (details: README.md)")
+         << "\nset xlabel 'activation peak (MiB, measured)'\n"
+         << "set ylabel 'step time (ms, median of the timed rounds)'\n"
+         << "set key outside right top\n"
+         << "set grid\n"
+         << "set xrange [0:*]\n";
+  std::string plot_clauses;
+  for (const std::string& name : curve_order) {
+    std::vector<const BenchRow*> points = curves[name];
+    std::sort(
+        points.begin(), points.end(), [](const auto* lhs, const auto* rhs) {
+          return lhs->measured->peak_bytes < rhs->measured->peak_bytes;
+        });
+    std::ostringstream data;
+    data << "# peak_MiB step_ms budget\n" << std::setprecision(10);
+    for (const BenchRow* row : points) {
+      data << static_cast<double>(row->measured->peak_bytes) / (1024.0 * 1024.0)
+           << ' ' << row->measured->step().median << ' ' << row->budget_label
+           << '\n';
+    }
+    const std::string file =
+        "curve-" + file_stem(points.front()->strategy) + ".dat";
+    write_text_file("--out", options.out + "/" + file, data.str());
+    plot_clauses += std::string(plot_clauses.empty() ? "plot " : ", ") +
+                    gnuplot_quote(file) +
+                    " using 1:2 with linespoints lw 2 pt 7 ps 1.4 " + "title " +
+                    gnuplot_quote(name);
+    if (points.size() > 1) {
+      plot_clauses += ", " + gnuplot_quote(file) +
+                      " using 1:2:3 with labels offset 0,1 notitle";
+    }
+  }
+  script << plot_clauses << '\n';
+  write_text_file("--out", options.out + "/plot.gp", script.str());
+  return run_gnuplot(options.out + "/plot.gp");
 }
 
 }  // namespace
@@ -206,10 +355,6 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   if (!has_none) {
     strategies.push_back(planner::Strategy::parse("none"));
   }
-  std::vector<Budget> budgets;
-  for (const std::string& text : options.budgets) {
-    budgets.push_back(Budget::parse(text));
-  }
 
   Workload workload(options.model, options.seed);
   torch::nn::Sequential model = workload.model();
@@ -218,7 +363,6 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
     check_trainable(
         strategy, mode, static_cast<int64_t>(model->size()), batch.inputs);
   }
-  const uint64_t seed = options.seed * 1000003ULL + 1;
   const planner::Chain chain = profile_chain(model, batch.inputs);
   const int64_t store_all_peak =
       Budget::none().resolve_bytes(chain);  // predicted, input included
@@ -230,266 +374,47 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
            << " timed rounds, interleaved\n";
   }
 
-  std::vector<BenchRow> rows;
-  for (const planner::Strategy& strategy : strategies) {
-    std::vector<std::pair<std::string, Budget>> row_budgets;
-    if (strategy.uses_budget()) {
-      for (size_t index = 0; index < budgets.size(); ++index) {
-        row_budgets.emplace_back(options.budgets[index], budgets[index]);
-      }
-    } else {
-      row_budgets.emplace_back("-", Budget::none());
-    }
-    for (const auto& [label, budget] : row_budgets) {
-      BenchRow row;
-      row.strategy = strategy;
-      row.budget_label = label;
-      try {
-        row.choice = choose_plan(chain, strategy, budget, false, options.slots);
-        row.budget_bytes = row.choice->budget_bytes;
-        row.trainer = std::make_unique<Trainer>(model, *row.choice, mode, 1e-3);
-      } catch (const InfeasibleBudgetError& error) {
-        row.budget_bytes = budget.resolve_bytes(chain);
-        row.status = "infeasible (minimum " +
-                     planner::format_bytes(error.min_feasible_bytes()) + ")";
-      }
-      rows.push_back(std::move(row));
-    }
-  }
-
-  // Reference gradients: the no-checkpoint configuration.
-  BenchRow* reference = nullptr;
-  for (BenchRow& row : rows) {
-    if (row.strategy.kind == planner::Strategy::Kind::kNone) {
-      reference = &row;
-    }
-  }
-  TORCH_INTERNAL_ASSERT(reference != nullptr);
-  reference->trainer->step(workload, batch, seed, /*update=*/false);
-  const std::vector<torch::Tensor> reference_grads = gradients(model);
-
-  for (int64_t round = 0; round < options.warmup + options.repeats; ++round) {
-    for (BenchRow& row : rows) {
-      if (!row.trainer) {
-        continue;
-      }
-      const StepResult result =
-          row.trainer->step(workload, batch, seed, /*update=*/false);
-      if (round == 0) {
-        row.grad_max_difference =
-            max_difference(gradients(model), reference_grads);
-        row.loss = result.loss;
-      }
-      if (round >= options.warmup) {
-        row.step_ms.push_back(result.step_ms());
-        row.forward_ms.push_back(result.forward_ms);
-        row.backward_ms.push_back(result.backward_ms);
-        row.peak_bytes = std::max(
-            row.peak_bytes, result.activation_peak_bytes + chain.input_bytes());
-      }
-    }
-  }
-  const double reference_ms = planner::median(reference->step_ms);
-  const auto reference_peak = static_cast<double>(reference->peak_bytes);
-
-  // Table and CSV share the columns.
-  const std::vector<std::string> header = {
-      "strategy",
-      "budget",
-      "budget_bytes",
-      "predicted_peak_bytes",
-      "measured_peak_bytes",
-      "memory_ratio",
-      "step_ms_median",
-      "step_ms_min",
-      "step_ms_max",
-      "forward_ms",
-      "backward_ms",
-      "time_ratio",
-      "extra_forwards",
-      "grad_max_diff",
-      "status"};
-  std::vector<std::vector<std::string>> cells;
-  nlohmann::json json_rows = nlohmann::json::array();
-  for (const BenchRow& row : rows) {
-    std::vector<std::string> line = {
-        row.strategy.to_string(),
-        row.budget_label,
-        row.budget_bytes ? std::to_string(*row.budget_bytes) : "",
-    };
-    nlohmann::json json_row = {
-        {"strategy", row.strategy.to_string()},
-        {"budget", row.budget_label},
-        {"budget_bytes",
-         row.budget_bytes ? nlohmann::json(*row.budget_bytes)
-                          : nlohmann::json(nullptr)},
-        {"status", row.status}};
-    if (row.trainer) {
-      const double step = planner::median(row.step_ms);
-      const double memory_ratio =
-          static_cast<double>(row.peak_bytes) / std::max(1.0, reference_peak);
-      const double time_ratio = step / std::max(1e-9, reference_ms);
-      const auto [min_ms, max_ms] =
-          std::minmax_element(row.step_ms.begin(), row.step_ms.end());
-      line.insert(
-          line.end(),
-          {std::to_string(row.predicted_peak_bytes()),
-           std::to_string(row.peak_bytes),
-           fixed(memory_ratio, 3),
-           fixed(step, 2),
-           fixed(*min_ms, 2),
-           fixed(*max_ms, 2),
-           fixed(planner::median(row.forward_ms), 2),
-           fixed(planner::median(row.backward_ms), 2),
-           fixed(time_ratio, 3),
-           std::to_string(extra_forwards(row.choice->plan)),
-           fixed(row.grad_max_difference, 9),
-           row.status});
-      json_row["predicted_peak_bytes"] = row.predicted_peak_bytes();
-      json_row["measured_peak_bytes"] = row.peak_bytes;
-      json_row["memory_ratio"] = memory_ratio;
-      json_row["step_ms_median"] = step;
-      json_row["step_ms_min"] = *min_ms;
-      json_row["step_ms_max"] = *max_ms;
-      json_row["forward_ms"] = planner::median(row.forward_ms);
-      json_row["backward_ms"] = planner::median(row.backward_ms);
-      json_row["time_ratio"] = time_ratio;
-      json_row["extra_forwards"] = extra_forwards(row.choice->plan);
-      json_row["grad_max_diff"] = row.grad_max_difference;
-      json_row["plan"] = row.choice->plan.to_string();
-    } else {
-      line.resize(header.size() - 1);
-      line.push_back(row.status);
-    }
-    cells.push_back(line);
-    json_rows.push_back(json_row);
-  }
+  // Measure, then rows, then render.
+  std::vector<BenchRow> rows = plan_rows(options, chain, strategies);
+  measure(rows, options, workload, batch, mode, chain.input_bytes());
+  const bench::Table table = rows_table(rows);
 
   make_folder("--out", options.out);
-  std::ostringstream csv;
-  for (size_t column = 0; column < header.size(); ++column) {
-    csv << (column ? "," : "") << header[column];
-  }
-  csv << '\n';
-  for (const auto& line : cells) {
-    for (size_t column = 0; column < line.size(); ++column) {
-      csv << (column ? "," : "") << line[column];
-    }
-    csv << '\n';
-  }
-  write_text_file("--out", options.out + "/bench.csv", csv.str());
-
-  // Plot data: one file per strategy, points sorted by measured peak.
-  std::map<std::string, std::vector<const BenchRow*>> curves;
-  std::vector<std::string> curve_order;
-  for (const BenchRow& row : rows) {
-    if (!row.trainer) {
-      continue;
-    }
-    const std::string name = row.strategy.to_string();
-    if (curves.find(name) == curves.end()) {
-      curve_order.push_back(name);
-    }
-    curves[name].push_back(&row);
-  }
-  std::ostringstream script;
-  script << "set terminal pngcairo size 1000,640 noenhanced font ',11'\n"
-         << "set output 'plot.png'\n"
-         << "set title "
-         << gnuplot_quote(
-                "remat bench: " + options.model.model + ", " +
-                std::to_string(model->size()) + " stages, batch " +
-                std::to_string(options.model.batch) + " (details: README.md)")
-         << "\nset xlabel 'activation peak (MiB, measured)'\n"
-         << "set ylabel 'step time (ms, median of the timed rounds)'\n"
-         << "set key outside right top\n"
-         << "set grid\n"
-         << "set xrange [0:*]\n";
-  std::string plot_clauses;
-  for (const std::string& name : curve_order) {
-    std::vector<const BenchRow*> points = curves[name];
-    std::sort(
-        points.begin(), points.end(), [](const auto* lhs, const auto* rhs) {
-          return lhs->peak_bytes < rhs->peak_bytes;
-        });
-    std::ostringstream data;
-    data << "# peak_MiB step_ms budget\n" << std::setprecision(10);
-    for (const BenchRow* row : points) {
-      data << static_cast<double>(row->peak_bytes) / (1024.0 * 1024.0) << ' '
-           << planner::median(row->step_ms) << ' ' << row->budget_label << '\n';
-    }
-    const std::string file =
-        "curve-" + file_stem(points.front()->strategy) + ".dat";
-    write_text_file("--out", options.out + "/" + file, data.str());
-    plot_clauses += std::string(plot_clauses.empty() ? "plot " : ", ") +
-                    gnuplot_quote(file) +
-                    " using 1:2 with linespoints lw 2 pt 7 ps 1.4 " + "title " +
-                    gnuplot_quote(name);
-    if (points.size() > 1) {
-      plot_clauses += ", " + gnuplot_quote(file) +
-                      " using 1:2:3 with labels offset 0,1 notitle";
-    }
-  }
-  script << plot_clauses << '\n';
-  write_text_file("--out", options.out + "/plot.gp", script.str());
-  const std::string plot_error = run_gnuplot(options.out + "/plot.gp");
-
-  // Human table (the CSV's rows, readable units).
-  std::ostringstream table;
-  table << std::left << std::setw(11) << "strategy" << std::setw(8) << "budget"
-        << std::right << std::setw(11) << "budget" << std::setw(11)
-        << "predicted" << std::setw(11) << "measured" << std::setw(7) << "mem"
-        << std::setw(10) << "step ms" << std::setw(7) << "time" << std::setw(7)
-        << "extra" << std::setw(11) << "grad diff"
-        << "  status\n";
-  for (const BenchRow& row : rows) {
-    table << std::left << std::setw(11) << row.strategy.to_string()
-          << std::setw(8) << row.budget_label << std::right << std::setw(11)
-          << (row.budget_bytes ? planner::format_bytes(*row.budget_bytes)
-                               : "-");
-    if (row.trainer) {
-      table << std::setw(11)
-            << planner::format_bytes(row.predicted_peak_bytes())
-            << std::setw(11) << planner::format_bytes(row.peak_bytes)
-            << std::setw(7)
-            << fixed(
-                   static_cast<double>(row.peak_bytes) /
-                       std::max(1.0, reference_peak),
-                   2)
-            << std::setw(10) << fixed(planner::median(row.step_ms), 1)
-            << std::setw(7)
-            << fixed(
-                   planner::median(row.step_ms) / std::max(1e-9, reference_ms),
-                   2)
-            << std::setw(7) << extra_forwards(row.choice->plan) << std::setw(11)
-            << std::setprecision(2) << std::scientific
-            << row.grad_max_difference << std::defaultfloat;
-    } else {
-      table << std::setw(11 + 11 + 7 + 10 + 7 + 7 + 11) << "";
-    }
-    table << "  " << row.status << '\n';
-  }
+  write_text_file("--out", options.out + "/bench.csv", bench::to_csv(table));
+  const std::string plot_error =
+      write_plot(rows, options, static_cast<int64_t>(model->size()));
+  const std::string text_table = bench::to_text(table);
 
   std::ostringstream summary;
   summary << "# remat bench report\n\n"
-          << "Date " << today() << "; " << std::thread::hardware_concurrency()
-          << " CPU cores (" << cpu_model() << "), LibTorch " << TORCH_VERSION
-          << ", " << options.threads << " threads.\n\n"
+          << "Run " << bench::describe_machine().to_string() << ".\n\n"
           << "Command:\n\n```\n"
           << command_line(options) << "\n```\n\n"
           << "Model: " << workload.description() << ". No-checkpoint "
           << "activation peak " << planner::format_bytes(store_all_peak)
-          << " (measured). Ratios are against the no-checkpoint row of this "
-          << "run; `grad diff` is the largest gradient difference to it.\n\n"
+          << " (predicted). Ratios are against the no-checkpoint row of this "
+          << "run (medians of the timed rounds); every row's gradients were "
+          << "checked against it before timing (`grad_max_diff`).\n\n"
           << (plot_error.empty()
                   ? std::string(
                         "![step time against activation peak](plot.png)\n\n")
                   : "No plot: " + plot_error + "\n\n")
-          << "Rows: [bench.csv](bench.csv).\n\n```\n"
-          << table.str() << "```\n";
+          << "Rows: [bench.csv](bench.csv).\n\n"
+          << bench::to_markdown(table);
   write_text_file("--out", options.out + "/README.md", summary.str());
 
   if (options.json) {
+    nlohmann::json json_rows = nlohmann::json::array();
+    for (size_t index = 0; index < rows.size(); ++index) {
+      nlohmann::json json_row;
+      for (size_t column = 0; column < table.columns.size(); ++column) {
+        json_row[table.columns[column]] = table.rows[index][column].json();
+      }
+      if (rows[index].choice) {
+        json_row["plan"] = rows[index].choice->plan.to_string();
+      }
+      json_rows.push_back(std::move(json_row));
+    }
     nlohmann::json report;
     report["model"] = workload.description();
     report["no_checkpoint_peak_bytes"] = store_all_peak;
@@ -501,7 +426,7 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
     report["summary"] = options.out + "/README.md";
     io.out << report.dump(2) << '\n';
   } else {
-    io.out << table.str() << "report    " << options.out
+    io.out << text_table << "report    " << options.out
            << "/README.md, bench.csv"
            << (plot_error.empty() ? ", plot.png" : "") << '\n';
   }
