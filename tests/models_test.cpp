@@ -60,7 +60,7 @@ TEST(MlpChain, VaryingWidthsSpan256To2048) {
   EXPECT_EQ(widths, varying_mlp_widths(12));  // deterministic
 }
 
-TEST(ResidualFfnStack, DefaultsAreIssueTwosModel) {
+TEST(ResidualFfnStack, DefaultsAreTheCheckpointBenchmarkModel) {
   ResidualFfnStackOptions defaults;
   EXPECT_EQ(defaults.blocks(), 32);
   EXPECT_EQ(defaults.dim(), 512);

@@ -8,8 +8,8 @@
 //    count). Nothing in bench/ or tools/ defines another.
 //  - spread: max - min of the series, in the series' unit. A difference
 //    between two medians smaller than their spreads is noise.
-//  - Ratios are of medians measured in the same run (bench-protocol: every
-//    figure is a ratio against a baseline measured alongside it).
+//  - Ratios are of medians measured in the same run (every figure
+//    is a ratio against a baseline measured alongside it; docs/benchmarks.md).
 //  - summarize() of an empty series throws std::invalid_argument.
 #pragma once
 
