@@ -3,7 +3,7 @@
 // CONTRACT (stable; how a scenario joins remat_bench):
 //  - A scenario is a name ("E1"), a one-line summary, an order (its place in
 //    `remat_bench all` and in docs/benchmarks.md: E1 = 10, E2 = 20, E2-variants
-//    = 25, E5 = 50, E6 = 60, checkpoint = 70) and a setup function.
+//    = 25, E3 = 30, E5 = 50, E6 = 60) and a setup function.
 //  - setup(command) receives the scenario's CLI11 subcommand, adds the
 //    scenario's own flags to it (bound to state the setup function owns, e.g.
 //    a std::shared_ptr<Options> captured by the returned function) and returns
