@@ -34,6 +34,7 @@
 #include "recompute_check.h"
 #include "recompute_context.h"
 #include "remat/saved_tensor_hooks.h"
+#include "selective.h"
 
 namespace remat {
 namespace detail {
@@ -56,12 +57,16 @@ struct SavedEntry {
 
 struct StopRecompute {};
 
-class Frame {
+class Frame final : public PackSink {
  public:
   Frame(Function fn, CheckpointOptions options, RecomputeContext replay)
       : fn_(std::move(fn)),
         options_(std::move(options)),
-        replay_(std::move(replay)) {}
+        replay_(std::move(replay)) {
+    if (options_.policy()) {
+      selective_ = std::make_unique<SelectiveRegion>(options_.policy());
+    }
+  }
 
   /// Saves the region's inputs under the hooks ambient at the call (an
   /// enclosing checkpoint's, for nested regions).
@@ -82,8 +87,12 @@ class Frame {
 
   /// Forward pack: remembers what was saved, not the tensor itself.
   void record(const at::Tensor& tensor, const std::shared_ptr<Slot>& slot) {
+    const SelectiveBypass bypass;  // bookkeeping, not the region's work
     entries_.push_back(
         {TensorRecord(tensor, options_.determinism_check()), slot});
+    if (selective_) {
+      selective_->on_pack(tensor);
+    }
   }
 
   /// Unpack: the recomputed tensor of `slot`, recomputing if needed.
@@ -99,7 +108,8 @@ class Frame {
   }
 
   /// Recording pack during recomputation: the `index`-th saved tensor.
-  void fill(const at::Tensor& tensor) {
+  void fill(const at::Tensor& tensor) override {
+    const SelectiveBypass bypass;  // bookkeeping, not the region's work
     const int64_t index = recompute_count_++;
     TORCH_CHECK(
         index < static_cast<int64_t>(entries_.size()),
@@ -128,6 +138,7 @@ class Frame {
   std::vector<compat::NodePtr> input_accumulators_;
   std::vector<TensorRecord> outputs_;
   std::vector<SavedEntry> entries_;
+  std::unique_ptr<SelectiveRegion> selective_;  // with a policy only
   // State of the recomputation in progress (guarded by mutex_).
   std::mutex mutex_;
   int64_t recompute_count_ = 0;
@@ -181,7 +192,12 @@ class FrameHookFactory final : public HookFactory {
 };
 
 variable_list Frame::run_forward(const variable_list& inputs) {
-  variable_list outputs = fn_(inputs);
+  variable_list outputs;
+  {
+    // Without a policy the scope still suspends an enclosing region's.
+    SelectiveScope selective(selective_.get(), /*sink=*/nullptr);
+    outputs = fn_(inputs);
+  }
   check_outputs(outputs);
   for (const auto& output : outputs) {
     outputs_.emplace_back(output, options_.determinism_check());
@@ -214,9 +230,23 @@ void Frame::recompute() {
   RecomputeGuard replay_guard(replay_, options_.preserve_buffers_of());
   HookStackGuard hooks(
       std::make_shared<FrameHookFactory<RecordingHooks, Frame*>>(this));
+  // Kept outputs serve this recomputation only (NOTE: [Selective
+  // checkpointing] in selective.h).
+  struct ReleaseKept {
+    SelectiveRegion* region;
+    ~ReleaseKept() {
+      if (region != nullptr) {
+        region->release();
+      }
+    }
+  } release_kept{selective_.get()};
   try {
-    check_recomputed_outputs(
-        fn_(inputs), outputs_, options_.determinism_check());
+    variable_list outputs;
+    {
+      SelectiveScope selective(selective_.get(), this);
+      outputs = fn_(inputs);
+    }
+    check_recomputed_outputs(outputs, outputs_, options_.determinism_check());
     TORCH_CHECK(
         options_.determinism_check() == DeterminismCheck::kNone ||
             recompute_count_ == static_cast<int64_t>(entries_.size()),
@@ -251,6 +281,10 @@ variable_list checkpoint_nonreentrant(
 namespace {
 
 void check_options(const CheckpointOptions& options) {
+  TORCH_CHECK(
+      !options.policy() || options.mode() == Mode::kNonReentrant,
+      "remat::checkpoint: a policy (selective checkpointing) needs "
+      "Mode::kNonReentrant, got Mode::kReentrant");
   for (size_t i = 0; i < options.preserve_buffers_of().size(); ++i) {
     TORCH_CHECK(
         options.preserve_buffers_of()[i] != nullptr,

@@ -23,6 +23,7 @@
 #include "checkpoint_impl.h"
 #include "recompute_check.h"
 #include "recompute_context.h"
+#include "selective.h"
 
 namespace remat::detail {
 namespace {
@@ -53,6 +54,8 @@ struct ReentrantCheckpoint
       c10::intrusive_ptr<ReentrantState> state,
       at::TensorList inputs) {
     ctx->save_for_backward(inputs.vec());
+    // An enclosing selective region does not see inside this one.
+    SelectiveScope suspend_selective(nullptr, nullptr);
     variable_list outputs = state->fn(inputs.vec());
     check_outputs(outputs);
     variable_list non_differentiable;
@@ -82,6 +85,7 @@ struct ReentrantCheckpoint
     variable_list outputs;
     {
       RecomputeGuard guard(state->replay, state->options.preserve_buffers_of());
+      SelectiveScope suspend_selective(nullptr, nullptr);
       outputs = state->fn(inputs);
     }
     check_recomputed_outputs(

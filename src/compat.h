@@ -12,6 +12,7 @@
 //   3. CUDA caching-allocator statistics (compiled only with CUDA LibTorch)
 //   4. Autocast state
 //   5. Autograd node ownership  (std::shared_ptr or c10::intrusive_ptr)
+//   6. The dispatch key of selective checkpointing
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -223,5 +224,32 @@ NodePtr make_node(Args&&... args) {
         new T(std::forward<Args>(args)...), [](T* node) { deleteNode(node); });
   }
 }
+
+}  // namespace remat::compat
+
+// ===== 6. The dispatch key of selective checkpointing
+// =========================
+//
+// Selective checkpointing (NOTE: [Selective checkpointing] in selective.h)
+// needs a dispatch key above autograd that LibTorch itself registers no
+// fallback for, enabled per thread with an include guard. Every dispatch key
+// below autograd has a fallback of LibTorch's own (Python, functorch,
+// functionalization, named tensors, conjugation, ADInplaceOrView, ...), and
+// a backend key (PrivateUse1-3) changes which kernels run (composite kernels
+// replace backend ones), so the key is TESTING_ONLY_GenericMode:
+// 1.13, 2.6, 2.14 (checked): present, above autograd and autocast, no
+//                            fallback registered by LibTorch.
+// A second registration for it (another library using the key) makes
+// registration fail at load time with the dispatcher's own error.
+
+#include <c10/core/DispatchKey.h>
+
+/// The key's name as a token, for TORCH_LIBRARY_IMPL.
+#define REMAT_SELECTIVE_DISPATCH_KEY TESTING_ONLY_GenericMode
+
+namespace remat::compat {
+
+inline constexpr c10::DispatchKey kSelectiveKey =
+    c10::DispatchKey::REMAT_SELECTIVE_DISPATCH_KEY;
 
 }  // namespace remat::compat

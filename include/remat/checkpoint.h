@@ -33,6 +33,8 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/pimpl.h>
 
+#include "remat/policy.h"
+
 namespace remat {
 
 /// How a checkpointed region is recomputed in backward.
@@ -69,6 +71,10 @@ struct CheckpointOptions {
   TORCH_ARG(
       std::vector<std::shared_ptr<torch::nn::Module>>,
       preserve_buffers_of) = {};
+  /// Selective checkpointing (remat/policy.h): asked for every operator the
+  /// region runs whether to keep its outputs or recompute it. Non-reentrant
+  /// mode only. Default: empty (recompute everything).
+  TORCH_ARG(Policy, policy) = {};
 };
 
 /// A checkpointable region: tensors in, tensors out.
@@ -93,7 +99,10 @@ using Function = std::function<torch::autograd::variable_list(
 /// Throws c10::Error if `fn` returns no or undefined tensors, if a
 /// recomputation differs from the forward (see DeterminismCheck), if an input
 /// was modified in place before backward, or (non-reentrant) if another
-/// autograd engine is installed. Exceptions thrown by `fn` propagate; the hook
+/// autograd engine is installed; with a policy, also if the mode is
+/// kReentrant, or in backward if the recomputation runs other operators than
+/// the forward, the policy answers differently, or an output it kept was
+/// modified in place. Exceptions thrown by `fn` propagate; the hook
 /// stack, RNG state, grad mode and module buffers are restored first.
 torch::autograd::variable_list checkpoint(
     const Function& fn,

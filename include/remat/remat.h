@@ -13,5 +13,6 @@
 #include "remat/memory_meter.h"
 #include "remat/planned_sequential.h"
 #include "remat/planner.h"
+#include "remat/policy.h"
 #include "remat/profile.h"
 #include "remat/saved_tensor_hooks.h"

@@ -1,0 +1,412 @@
+// selective_test.cpp: selective checkpointing (CheckpointOptions::policy).
+//
+// References: the plain run of the same model from the same parameters and
+// seed (gradients bitwise equal under every policy), execution counters of
+// operators registered here (a kept operator does not run again in
+// backward), and the tracking allocator (memory ordered by what is kept).
+#include <atomic>
+
+#include <gtest/gtest.h>
+#include <torch/library.h>
+#include <torch/torch.h>
+
+#include "remat/remat.h"
+#include "test_util.h"
+
+namespace {
+
+using remat::CheckpointOptions;
+using remat::CheckpointPolicy;
+using remat::OpContext;
+using remat::Policy;
+using remat::testing::bitwise_equal;
+using remat::testing::expect_all_bitwise_equal;
+using remat::testing::grads_of;
+namespace policies = remat::policies;
+
+// ---- operators of this test, each counting its executions ------------------
+
+std::atomic<int> kernel_runs{0};     // remat_test::scaled_tanh's CPU kernel
+std::atomic<int> composite_runs{0};  // remat_test::softsign (composite)
+
+/// y = 2 tanh(x), with its own CPU kernel.
+at::Tensor scaled_tanh_cpu(const at::Tensor& x) {
+  ++kernel_runs;
+  return x.tanh() * 2;
+}
+
+at::Tensor call_scaled_tanh(const at::Tensor& x) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("remat_test::scaled_tanh", "")
+                             .typed<at::Tensor(const at::Tensor&)>();
+  return op.call(x);
+}
+
+/// Its autograd formula: dy/dx = 2 - y^2 / 2, from the saved output.
+struct ScaledTanh : torch::autograd::Function<ScaledTanh> {
+  static at::Tensor forward(
+      torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    at::Tensor y = call_scaled_tanh(x);
+    ctx->save_for_backward({y});
+    return y;
+  }
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grads) {
+    const at::Tensor y = ctx->get_saved_variables()[0];
+    return {grads[0] * (2 - y * y / 2)};
+  }
+};
+
+at::Tensor scaled_tanh_autograd(const at::Tensor& x) {
+  return ScaledTanh::apply(x);
+}
+
+/// x / (1 + |x|), a composite operator: autograd sees the aten operators it
+/// calls.
+at::Tensor softsign(const at::Tensor& x) {
+  ++composite_runs;
+  return x / (x.abs() + 1);
+}
+
+TORCH_LIBRARY(remat_test, m) {
+  m.def("scaled_tanh(Tensor x) -> Tensor");
+  m.def("softsign(Tensor x) -> Tensor", &softsign);
+}
+TORCH_LIBRARY_IMPL(remat_test, CPU, m) {
+  m.impl("scaled_tanh", &scaled_tanh_cpu);
+}
+TORCH_LIBRARY_IMPL(remat_test, Autograd, m) {
+  m.impl("scaled_tanh", &scaled_tanh_autograd);
+}
+
+at::Tensor call_softsign(const at::Tensor& x) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("remat_test::softsign", "")
+                             .typed<at::Tensor(const at::Tensor&)>();
+  return op.call(x);
+}
+
+// ---- a small model with matmuls, softmax, dropout and both operators -------
+
+struct Weights {
+  torch::Tensor w1, w2, x;
+  std::vector<torch::Tensor> all() const {
+    return {w1, w2, x};
+  }
+};
+
+Weights make_weights(int64_t rows = 64, int64_t dim = 32) {
+  torch::manual_seed(3);
+  return {
+      torch::randn({dim, 4 * dim}).div_(8).requires_grad_(),
+      torch::randn({4 * dim, dim}).div_(16).requires_grad_(),
+      torch::randn({rows, dim}).requires_grad_()};
+}
+
+/// One block: attention-like scores, dropout, a matmul, both operators.
+torch::Tensor block(const torch::Tensor& x, const Weights& w) {
+  torch::Tensor h = call_scaled_tanh(x.mm(w.w1));              // rows x 4d
+  torch::Tensor scores = torch::softmax(h.mm(h.t()) / 8, -1);  // rows x rows
+  scores = torch::dropout(scores, 0.2, /*train=*/true);
+  torch::Tensor mixed = call_softsign(torch::matmul(scores, h));
+  return x + mixed.mm(w.w2);
+}
+
+/// Runs `blocks` blocks (each checkpointed with `options`, or plainly when
+/// `options` is empty), backward of a scalar loss; returns the gradients.
+std::vector<torch::Tensor> train_step(
+    const Weights& w,
+    std::optional<CheckpointOptions> options,
+    int blocks = 1,
+    int64_t* peak_bytes = nullptr) {
+  for (const auto& t : w.all()) {
+    t.mutable_grad() = torch::zeros_like(t);
+  }
+  torch::manual_seed(11);
+  remat::MemoryMeter meter;
+  torch::Tensor y = w.x;
+  for (int i = 0; i < blocks; ++i) {
+    if (options) {
+      y = remat::checkpoint(
+          [&w](const torch::Tensor& in) { return block(in, w); }, y, *options);
+    } else {
+      y = block(y, w);
+    }
+  }
+  y.pow(2).sum().backward();
+  if (peak_bytes != nullptr) {
+    *peak_bytes = meter.peak_delta_bytes();
+  }
+  std::vector<torch::Tensor> grads;
+  for (const auto& t : w.all()) {
+    grads.push_back(t.grad().clone());
+  }
+  return grads;
+}
+
+CheckpointOptions with(Policy policy) {
+  return CheckpointOptions().policy(std::move(policy));
+}
+
+// ---- the tests -------------------------------------------------------------
+
+TEST(SelectiveCheckpoint, KeptOperatorRunsOncePerStepRecomputedRunsTwice) {
+  const Weights w = make_weights();
+  kernel_runs = 0;
+  train_step(w, std::nullopt);
+  EXPECT_EQ(kernel_runs, 1) << "plain run";
+
+  kernel_runs = 0;
+  train_step(w, with(policies::save_ops({"remat_test::scaled_tanh"})));
+  EXPECT_EQ(kernel_runs, 1) << "kept: must not run again in backward";
+
+  kernel_runs = 0;
+  train_step(w, with(policies::recompute_all()));
+  EXPECT_EQ(kernel_runs, 2) << "recomputed: forward and backward";
+
+  kernel_runs = 0;
+  train_step(w, CheckpointOptions());
+  EXPECT_EQ(kernel_runs, 2) << "no policy recomputes everything";
+}
+
+TEST(SelectiveCheckpoint, KeptCompositeOperatorRunsOncePerStep) {
+  const Weights w = make_weights();
+  composite_runs = 0;
+  train_step(w, with(policies::save_ops({"remat_test::softsign"})));
+  EXPECT_EQ(composite_runs, 1);
+  composite_runs = 0;
+  train_step(w, with(policies::recompute_all()));
+  EXPECT_EQ(composite_runs, 2);
+}
+
+TEST(SelectiveCheckpoint, GradientsBitwiseEqualPlainRunUnderEveryPolicy) {
+  const Weights w = make_weights();
+  const auto reference = train_step(w, std::nullopt, /*blocks=*/3);
+  const std::vector<std::pair<std::string, Policy>> cases = {
+      {"save_all", policies::save_all()},
+      {"recompute_all", policies::recompute_all()},
+      {"save_compute_intensive", policies::save_compute_intensive()},
+      {"save_ops(scaled_tanh, softsign, _softmax)",
+       policies::save_ops(
+           {"remat_test::scaled_tanh",
+            "remat_test::softsign",
+            "aten::_softmax"})},
+      {"recompute_ops(mm)", policies::recompute_ops({"aten::mm"})},
+      {"combine",
+       policies::combine(
+           {policies::recompute_ops({"aten::mm"}),
+            policies::save_compute_intensive()})},
+  };
+  for (const auto& [name, policy] : cases) {
+    expect_all_bitwise_equal(
+        reference, train_step(w, with(policy), /*blocks=*/3), name);
+  }
+}
+
+TEST(SelectiveCheckpoint, PeakMemoryOrderedByWhatIsKept) {
+  const Weights w = make_weights(/*rows=*/256, /*dim=*/64);
+  int64_t plain = 0, save_all = 0, selective = 0, recompute_all = 0;
+  train_step(w, std::nullopt, 4, &plain);
+  train_step(w, with(policies::save_all()), 4, &save_all);
+  train_step(w, with(policies::save_compute_intensive()), 4, &selective);
+  train_step(w, with(policies::recompute_all()), 4, &recompute_all);
+  EXPECT_GE(save_all, selective);
+  EXPECT_GT(selective, recompute_all);
+  EXPECT_GT(plain, selective);
+  EXPECT_GT(save_all, recompute_all);
+}
+
+TEST(SelectiveCheckpoint, PolicySeesOperatorsInBothRunsWithOutputBytes) {
+  const Weights w = make_weights();
+  int forward_calls = 0, recompute_calls = 0;
+  int64_t mm_bytes = -1;
+  Policy counting = [&](const OpContext& context) {
+    (context.is_recompute ? recompute_calls : forward_calls) += 1;
+    if (context.op_name == "aten::mm" && !context.is_recompute &&
+        mm_bytes < 0) {
+      mm_bytes = context.output_bytes;
+    }
+    return context.op_name == "aten::mm" ? CheckpointPolicy::kMustSave
+                                         : CheckpointPolicy::kPreferRecompute;
+  };
+  train_step(w, with(counting));
+  EXPECT_GT(forward_calls, 5);
+  EXPECT_GT(recompute_calls, 0);
+  EXPECT_LE(recompute_calls, forward_calls);
+  EXPECT_EQ(mm_bytes, 64 * 128 * 4) << "x.mm(w1): 64 x 128 floats";
+}
+
+TEST(SelectiveCheckpoint, InPlaceChangeOfKeptOutputAfterForwardIsRefused) {
+  const Weights w = make_weights();
+  auto y = remat::checkpoint(
+      [&w](const torch::Tensor& in) { return in.mm(w.w1); },
+      w.x,
+      with(policies::save_ops({"aten::mm"})));
+  y.mul_(2);  // the region's output is the kept output of aten::mm
+  try {
+    y.sum().backward();
+    FAIL() << "expected an error";
+  } catch (const c10::Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("aten::mm"), std::string::npos) << message;
+    EXPECT_NE(message.find("modified in place"), std::string::npos) << message;
+  }
+}
+
+TEST(SelectiveCheckpoint, InPlaceChangeInsideTheForwardUnkeepsTheCall) {
+  const Weights w = make_weights();
+  auto region = [&w](const torch::Tensor& in) {
+    torch::Tensor h = call_softsign(in.mm(w.w1));
+    h.mul_(3);  // writes into the kept output: the call is recomputed
+    return h.sin().mm(w.w2);
+  };
+  auto run = [&](std::optional<CheckpointOptions> options) {
+    for (const auto& t : w.all()) {
+      t.mutable_grad() = torch::zeros_like(t);
+    }
+    composite_runs = 0;
+    auto y = options ? remat::checkpoint(region, w.x, *options) : region(w.x);
+    y.pow(2).sum().backward();
+    std::vector<torch::Tensor> grads;
+    for (const auto& t : w.all()) {
+      grads.push_back(t.grad().clone());
+    }
+    return grads;
+  };
+  const auto reference = run(std::nullopt);
+  const auto grads = run(with(policies::save_ops({"remat_test::softsign"})));
+  EXPECT_EQ(composite_runs, 2) << "un-kept: recomputed in backward";
+  expect_all_bitwise_equal(reference, grads, "un-kept call");
+}
+
+TEST(SelectiveCheckpoint, PolicyThatChangesItsAnswerIsRefused) {
+  const Weights w = make_weights();
+  Policy fickle = [](const OpContext& context) {
+    return context.op_name == "aten::mm" && !context.is_recompute
+               ? CheckpointPolicy::kMustSave
+               : CheckpointPolicy::kPreferRecompute;
+  };
+  auto y = remat::checkpoint(
+      [&w](const torch::Tensor& in) { return in.mm(w.w1).sin(); },
+      w.x,
+      with(fickle));
+  try {
+    y.sum().backward();
+    FAIL() << "expected an error";
+  } catch (const c10::Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("answer the same"), std::string::npos) << message;
+  }
+}
+
+TEST(SelectiveCheckpoint, ReentrantModeWithPolicyIsRefused) {
+  const Weights w = make_weights();
+  try {
+    remat::checkpoint(
+        [&w](const torch::Tensor& in) { return in.mm(w.w1); },
+        w.x,
+        with(policies::save_all()).mode(remat::Mode::kReentrant));
+    FAIL() << "expected an error";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("kReentrant"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(SelectiveCheckpoint, NestedRegionsAndRetainedGraphMatchPlainRun) {
+  const Weights w = make_weights();
+  const auto reference = train_step(w, std::nullopt);
+  for (const auto& t : w.all()) {
+    t.mutable_grad() = torch::zeros_like(t);
+  }
+  torch::manual_seed(11);
+  auto y = remat::checkpoint(
+      [&w](const torch::Tensor& in) {
+        torch::Tensor h = call_scaled_tanh(in.mm(w.w1));
+        // The inner region (no policy) suspends the outer one's.
+        torch::Tensor scores = remat::checkpoint(
+            [](const torch::Tensor& hh) {
+              return torch::softmax(hh.mm(hh.t()) / 8, -1);
+            },
+            h);
+        scores = torch::dropout(scores, 0.2, /*train=*/true);
+        torch::Tensor mixed = call_softsign(torch::matmul(scores, h));
+        return in + mixed.mm(w.w2);
+      },
+      w.x,
+      with(policies::save_compute_intensive()));
+  auto loss = y.pow(2).sum();
+  loss.backward({}, /*retain_graph=*/true);
+  std::vector<torch::Tensor> first;
+  for (const auto& t : w.all()) {
+    first.push_back(t.grad().clone());
+  }
+  expect_all_bitwise_equal(reference, first, "first backward");
+  // The second backward recomputes every operator (kept outputs are
+  // released after the first) and must still add the same gradients.
+  loss.backward();
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_TRUE(bitwise_equal(first[i] * 2, w.all()[i].grad()))
+        << "second backward #" << i;
+  }
+}
+
+TEST(SelectiveCheckpoint, AutogradGradMatchesBackward) {
+  const Weights w = make_weights();
+  const auto reference = train_step(w, std::nullopt);
+  torch::manual_seed(11);
+  auto y = remat::checkpoint(
+      [&w](const torch::Tensor& in) { return block(in, w); },
+      w.x,
+      with(policies::save_compute_intensive()));
+  auto grads = torch::autograd::grad({y.pow(2).sum()}, w.all());
+  expect_all_bitwise_equal(reference, grads, "torch::autograd::grad");
+}
+
+TEST(Policies, CombineLetsFirstMustAnswerWinElseLastPolicy) {
+  const Policy p = policies::combine(
+      {policies::save_ops({"aten::_softmax"}),
+       policies::recompute_ops({"aten::bmm"}),
+       policies::save_compute_intensive()});
+  auto answer = [&](const std::string& name) {
+    return p(OpContext{name, false, 0});
+  };
+  EXPECT_EQ(answer("aten::_softmax"), CheckpointPolicy::kMustSave);
+  EXPECT_EQ(answer("aten::bmm"), CheckpointPolicy::kMustRecompute);
+  EXPECT_EQ(answer("aten::mm"), CheckpointPolicy::kPreferSave);
+  EXPECT_EQ(answer("aten::gelu"), CheckpointPolicy::kPreferRecompute);
+}
+
+TEST(Policies, NamesWithoutNamespaceAreRefused) {
+  for (const std::string bad : {"mm", "", "::mm", "aten::"}) {
+    try {
+      policies::save_ops({"aten::mm", bad});
+      FAIL() << "expected an error for '" << bad << "'";
+    } catch (const c10::Error& error) {
+      EXPECT_NE(
+          std::string(error.what()).find("'" + bad + "'"), std::string::npos)
+          << error.what();
+    }
+  }
+  EXPECT_THROW(policies::combine({}), c10::Error);
+  EXPECT_THROW(policies::combine({policies::save_all(), Policy()}), c10::Error);
+}
+
+TEST(Policies, ReadyMadePoliciesAnswerAsDocumented) {
+  const OpContext mm{"aten::mm", false, 0};
+  const OpContext gelu{"aten::gelu", false, 0};
+  EXPECT_TRUE(remat::is_save(policies::save_all()(gelu)));
+  EXPECT_FALSE(remat::is_save(policies::recompute_all()(mm)));
+  EXPECT_TRUE(remat::is_save(policies::save_compute_intensive()(mm)));
+  EXPECT_FALSE(remat::is_save(policies::save_compute_intensive()(gelu)));
+  EXPECT_EQ(
+      policies::recompute_ops({"aten::mm"})(mm),
+      CheckpointPolicy::kMustRecompute);
+  EXPECT_EQ(
+      policies::recompute_ops({"aten::mm"})(gelu),
+      CheckpointPolicy::kPreferSave);
+}
+
+}  // namespace
