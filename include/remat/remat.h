@@ -10,6 +10,7 @@
 
 #include "remat/budget.h"
 #include "remat/checkpoint.h"
+#include "remat/compress.h"
 #include "remat/memory_meter.h"
 #include "remat/planned_sequential.h"
 #include "remat/planner.h"
