@@ -80,7 +80,7 @@ sanitize: $(SETUP)
 # regenerates docs/benchmarks.md from the results (tables also as CSV and
 # JSON in BENCH_OUT). About 15 minutes on 2 idle cores.
 BENCH_OUT       ?= $(BUILD)/bench-results
-BENCH_SCENARIOS ?= E1 --batch 512 E2 E2-variants E5 E6
+BENCH_SCENARIOS ?= E1 --batch 512 E2 E2-variants E3 E5 E6
 bench:
 	$(if $(SETUP),bash scripts/setup.sh bench)
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)

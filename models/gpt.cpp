@@ -4,6 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "remat/checkpoint.h"
+#include "remat/policy.h"
+
 namespace remat::models {
 namespace {
 
@@ -162,7 +165,13 @@ void CausalSelfAttentionImpl::pretty_print(std::ostream& stream) const {
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
-  return dropout->forward(proj->forward(core->forward(qkv->forward(input))));
+  const torch::Tensor packed = qkv->forward(input);
+  auto run_core = [this](const torch::Tensor& qkv_input) {
+    return core->forward(qkv_input);
+  };
+  const torch::Tensor context =
+      checkpoint_core ? remat::checkpoint(run_core, packed) : run_core(packed);
+  return dropout->forward(proj->forward(context));
 }
 
 // ---- TransformerBlock
@@ -192,9 +201,26 @@ void TransformerBlockImpl::pretty_print(std::ostream& stream) const {
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
-  auto x = input + attention->forward(ln1->forward(input));
-  auto mlp = fc2->forward(gelu->forward(fc1->forward(ln2->forward(x))));
-  return x + dropout->forward(mlp);
+  attention->checkpoint_core = recompute == GptRecompute::kAttention;
+  auto body = [this](const torch::Tensor& block_input) {
+    auto x = block_input + attention->forward(ln1->forward(block_input));
+    auto mlp = fc2->forward(gelu->forward(fc1->forward(ln2->forward(x))));
+    return x + dropout->forward(mlp);
+  };
+  switch (recompute) {
+    case GptRecompute::kFull:
+      return remat::checkpoint(body, input);
+    case GptRecompute::kSelective:
+      return remat::checkpoint(
+          body,
+          input,
+          remat::CheckpointOptions().policy(
+              remat::policies::save_compute_intensive()));
+    case GptRecompute::kNone:
+    case GptRecompute::kAttention:
+      break;
+  }
+  return body(input);
 }
 
 // ---- LmHead
@@ -235,6 +261,33 @@ torch::nn::Sequential gpt(const GptOptions& options) {
   }
   model->push_back(LmHead(options));
   return model;
+}
+
+GptRecompute parse_gpt_recompute(const std::string& text) {
+  if (text == "none") {
+    return GptRecompute::kNone;
+  }
+  if (text == "full") {
+    return GptRecompute::kFull;
+  }
+  if (text == "attention") {
+    return GptRecompute::kAttention;
+  }
+  TORCH_CHECK(
+      text == "selective",
+      "remat::models::parse_gpt_recompute: expected none, full, attention or "
+      "selective, got '",
+      text,
+      "'");
+  return GptRecompute::kSelective;
+}
+
+void set_recompute(const torch::nn::Sequential& model, GptRecompute recompute) {
+  for (const auto& child : model->children()) {
+    if (auto block = std::dynamic_pointer_cast<TransformerBlockImpl>(child)) {
+      block->recompute = recompute;
+    }
+  }
 }
 
 torch::Tensor gpt_loss(

@@ -19,8 +19,25 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 
 namespace remat::models {
+
+/// How the blocks of a gpt() recompute in backward: the transformer recipes
+/// of docs/checkpoint.md, on remat::checkpoint.
+enum class GptRecompute {
+  kNone,       ///< keep every activation (plain autograd)
+  kFull,       ///< checkpoint each whole block
+  kAttention,  ///< checkpoint only each attention core (scores, mask,
+               ///< softmax, dropout, weighted sum), Megatron's selective
+               ///< recompute
+  kSelective,  ///< checkpoint each block with
+               ///< remat::policies::save_compute_intensive()
+};
+
+/// Parses "none", "full", "attention" or "selective". Throws c10::Error
+/// naming the text otherwise.
+GptRecompute parse_gpt_recompute(const std::string& text);
 
 /// Options of gpt() and of each of its parts.
 struct GptOptions {
@@ -84,6 +101,8 @@ class CausalSelfAttentionImpl
   torch::Tensor forward(const torch::Tensor& input);
 
   GptOptions options;
+  /// Checkpoint the core (GptRecompute::kAttention). Default: false.
+  bool checkpoint_core = false;
   torch::nn::Linear qkv{nullptr};
   AttentionCore core{nullptr};
   torch::nn::Linear proj{nullptr};
@@ -93,7 +112,8 @@ TORCH_MODULE(CausalSelfAttention);
 
 /// Pre-LayerNorm transformer block:
 ///   x = x + attention(ln1(x));  x = x + dropout(fc2(gelu(fc1(ln2(x)))))
-/// Input and output [batch, seq, hidden].
+/// Input and output [batch, seq, hidden]. `recompute` chooses how it is
+/// checkpointed (set_recompute() sets it on every block of a model).
 class TransformerBlockImpl : public torch::nn::Cloneable<TransformerBlockImpl> {
  public:
   explicit TransformerBlockImpl(const GptOptions& options_);
@@ -102,6 +122,8 @@ class TransformerBlockImpl : public torch::nn::Cloneable<TransformerBlockImpl> {
   torch::Tensor forward(const torch::Tensor& input);
 
   GptOptions options;
+  /// Default: GptRecompute::kNone.
+  GptRecompute recompute = GptRecompute::kNone;
   torch::nn::LayerNorm ln1{nullptr};
   CausalSelfAttention attention{nullptr};
   torch::nn::LayerNorm ln2{nullptr};
@@ -136,6 +158,13 @@ TORCH_MODULE(LmHead);
 /// Throws c10::Error on non-positive sizes, hidden not divisible by heads,
 /// or dropout outside [0, 1).
 torch::nn::Sequential gpt(const GptOptions& options = {});
+
+/// Sets how every TransformerBlock of `model` (a gpt()) recomputes.
+///
+/// Example:
+///   auto model = gpt();
+///   set_recompute(model, GptRecompute::kSelective);
+void set_recompute(const torch::nn::Sequential& model, GptRecompute recompute);
 
 /// Mean next-token cross-entropy of logits [B, S, vocab] against int64
 /// targets [B, S]. Throws c10::Error if the shapes do not match.

@@ -453,6 +453,31 @@ TEST(RematBinary, TrainOnTinyModelsReportsJsonWithinBudget) {
   EXPECT_NE(result.out.find("no baseline"), std::string::npos) << result.out;
 }
 
+TEST(RematBinary, TrainWithATransformerRecipeMatchesTheBaselineLosses) {
+  for (const std::string recipe : {"full", "attention", "selective"}) {
+    const ProcessResult result = run_remat(
+        "train " + kTinyGpt + " --steps 3 --baseline-steps 3 --recompute " +
+        recipe + " --json");
+    ASSERT_EQ(result.exit_code, 0) << describe(result);
+    auto report = nlohmann::json::parse(result.out);
+    EXPECT_EQ(report["recompute"], recipe);
+    EXPECT_EQ(report["baseline"]["max_loss_difference"].get<double>(), 0.0)
+        << recipe << ": losses differ from the no-checkpoint run";
+    EXPECT_LT(
+        report["activation_peak_bytes"].get<int64_t>(),
+        report["baseline"]["activation_peak_bytes"].get<int64_t>())
+        << recipe;
+  }
+  const ProcessResult mlp =
+      run_remat("train " + kTinyMlp + " --steps 1 --recompute full");
+  EXPECT_EQ(mlp.exit_code, 1) << describe(mlp);
+  EXPECT_NE(mlp.err.find("--recompute full"), std::string::npos) << mlp.err;
+  const ProcessResult budget = run_remat(
+      "train " + kTinyGpt + " --steps 1 --recompute full --budget 50%");
+  EXPECT_EQ(budget.exit_code, 1) << describe(budget);
+  EXPECT_NE(budget.err.find("--budget"), std::string::npos) << budget.err;
+}
+
 TEST(RematBinary, ReentrantUniformRefusesInputsThatCannotRequireGrad) {
   // The GPT's input is int64 token ids: a reentrant checkpoint would pass no
   // gradient into the checkpointed segments, so the tool refuses (exit 2).

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "remat/remat.h"
+
 namespace {
 
 using namespace remat::models;
@@ -195,6 +197,65 @@ TEST(Gpt, LossOnBuiltinTextDecreasesWithAdam) {
   const double first = (losses[0] + losses[1] + losses[2]) / 3;
   const double last = (losses[27] + losses[28] + losses[29]) / 3;
   EXPECT_LT(last, first - 0.5) << "first " << first << ", last " << last;
+}
+
+/// Gradients of every parameter of a small GPT after one step under
+/// `recipe`, and the step's activation peak.
+std::vector<torch::Tensor> gpt_step_under(
+    GptRecompute recipe, int64_t* peak_bytes) {
+  torch::manual_seed(21);
+  auto model =
+      gpt(GptOptions().vocab(32).seq_len(64).layers(2).hidden(64).heads(4));
+  for (auto& p : model->parameters()) {
+    p.mutable_grad() = torch::zeros_like(p);
+  }
+  const auto tokens = torch::randint(32, {4, 64});
+  const auto targets = torch::randint(32, {4, 64});
+  set_recompute(model, recipe);
+  torch::manual_seed(22);
+  remat::MemoryMeter meter;
+  gpt_loss(model->forward(tokens), targets).backward();
+  *peak_bytes = meter.peak_delta_bytes();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : model->parameters()) {
+    grads.push_back(p.grad().clone());
+  }
+  return grads;
+}
+
+TEST(Gpt, RecomputeRecipesKeepGradientsAndLowerThePeak) {
+  int64_t none = 0, full = 0, attention = 0, selective = 0;
+  const auto reference = gpt_step_under(GptRecompute::kNone, &none);
+  const std::vector<std::pair<GptRecompute, int64_t*>> recipes = {
+      {GptRecompute::kFull, &full},
+      {GptRecompute::kAttention, &attention},
+      {GptRecompute::kSelective, &selective}};
+  for (const auto& [recipe, peak] : recipes) {
+    const auto grads = gpt_step_under(recipe, peak);
+    ASSERT_EQ(grads.size(), reference.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      EXPECT_TRUE(torch::equal(grads[i], reference[i]))
+          << "recipe " << static_cast<int>(recipe) << ", parameter " << i
+          << ": max difference "
+          << (grads[i] - reference[i]).abs().max().item<double>();
+    }
+  }
+  EXPECT_LT(full, selective);
+  EXPECT_LT(selective, none);
+  EXPECT_LT(attention, none);
+}
+
+TEST(Gpt, ParseRecomputeNamesEveryRecipeAndRefusesOthers) {
+  EXPECT_EQ(parse_gpt_recompute("none"), GptRecompute::kNone);
+  EXPECT_EQ(parse_gpt_recompute("full"), GptRecompute::kFull);
+  EXPECT_EQ(parse_gpt_recompute("attention"), GptRecompute::kAttention);
+  EXPECT_EQ(parse_gpt_recompute("selective"), GptRecompute::kSelective);
+  try {
+    parse_gpt_recompute("optimal");
+    FAIL() << "expected an error";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("'optimal'"), std::string::npos);
+  }
 }
 
 TEST(TextData, TokenizerRoundTripsTheBuiltinText) {

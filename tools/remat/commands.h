@@ -48,6 +48,12 @@ struct TrainOptions {
   uint64_t seed = 0;
   int64_t threads = 2;
   std::string mode = "nonreentrant";
+  /// none | full | attention | selective: the GPT's own recipe
+  /// (models::GptRecompute), no plan; optimal: the plan of --strategy and
+  /// --budget.
+  std::string recompute = "optimal";
+  /// none | bf16 | fp16 | int8: saved activations stored compressed (lossy).
+  std::string compress = "none";
   bool no_baseline = false;
   /// No-checkpoint steps interleaved with the first planned steps.
   int64_t baseline_steps = 20;

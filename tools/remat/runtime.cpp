@@ -151,8 +151,12 @@ std::string Executor::description() const {
 }
 
 Trainer::Trainer(
-    torch::nn::Sequential model, const PlanChoice& choice, Mode mode, double lr)
-    : model_(model), executor_(model, choice, mode) {
+    torch::nn::Sequential model,
+    const PlanChoice& choice,
+    Mode mode,
+    double lr,
+    std::optional<CompressOptions> compress)
+    : model_(model), executor_(model, choice, mode), compress_(compress) {
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(lr));
 }
@@ -165,7 +169,14 @@ StepResult Trainer::step(
   StepResult result;
   meter_.reset();
   const auto forward_start = Clock::now();
-  torch::Tensor loss = workload.loss(executor_.forward(batch.inputs), batch);
+  torch::Tensor loss;
+  {
+    std::optional<CompressActivations> compressed;
+    if (compress_) {
+      compressed.emplace(*compress_);
+    }
+    loss = workload.loss(executor_.forward(batch.inputs), batch);
+  }
   result.forward_ms = elapsed_ms(forward_start);
   const auto backward_start = Clock::now();
   loss.backward();
@@ -177,6 +188,23 @@ StepResult Trainer::step(
     optimizer_->step();
   }
   return result;
+}
+
+std::optional<CompressOptions> parse_compress(const std::string& text) {
+  if (text == "none") {
+    return std::nullopt;
+  }
+  if (text == "bf16") {
+    return CompressOptions().type(CompressedType::kBFloat16);
+  }
+  if (text == "fp16") {
+    return CompressOptions().type(CompressedType::kFloat16);
+  }
+  if (text == "int8") {
+    return CompressOptions().type(CompressedType::kInt8);
+  }
+  throw UsageError(
+      "--compress: expected none, bf16, fp16 or int8, got '" + text + "'");
 }
 
 }  // namespace remat::cli

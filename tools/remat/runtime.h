@@ -24,9 +24,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <remat/checkpoint.h>
+#include <remat/compress.h>
 #include <remat/memory_meter.h>
 #include <remat/planned_sequential.h>
 #include <remat/planner.h>
@@ -95,11 +97,13 @@ struct StepResult {
 /// A model with its executor and optimizer (AdamW).
 class Trainer {
  public:
+  /// With `compress`, the forward runs under a CompressActivations guard.
   Trainer(
       torch::nn::Sequential model,
       const PlanChoice& choice,
       Mode mode,
-      double lr);
+      double lr,
+      std::optional<CompressOptions> compress = std::nullopt);
   /// Forward, loss, backward (measured), then the optimizer step when
   /// `update` is true. Reseeds the global RNG with `seed` first.
   StepResult step(
@@ -115,7 +119,12 @@ class Trainer {
   torch::nn::Sequential model_;
   Executor executor_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::optional<CompressOptions> compress_;
   MemoryMeter meter_;
 };
+
+/// The --compress flag: nullopt for "none", else the stored type of
+/// "bf16", "fp16" or "int8". Throws UsageError naming the text otherwise.
+std::optional<CompressOptions> parse_compress(const std::string& text);
 
 }  // namespace remat::cli

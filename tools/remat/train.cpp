@@ -4,7 +4,10 @@
 // Three steps, as every command that measures:
 //   measure  build the workload; profile its chain on the first batch; choose
 //            the plan for --strategy and --budget (100% = the simulated
-//            store-all peak); train, and step by step for the first
+//            store-all peak), or, with --recompute other than optimal, keep
+//            everything at the plan's level and let the GPT's blocks
+//            checkpoint themselves (models::GptRecompute); train, and step by
+//            step for the first
 //            --baseline-steps steps a deep copy of the initial model without
 //            checkpointing on the same batches and per-step seeds (A B A B):
 //            its losses must equal the planned run's (bitwise for
@@ -27,6 +30,7 @@
 #include <remat/budget.h>
 #include "cli_error.h"
 #include "commands.h"
+#include "models/gpt.h"
 #include "progress.h"
 #include "runtime.h"
 #include "strategy.h"
@@ -84,6 +88,24 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
           "Checkpoint mode of uniform:K (checkpoint_sequential)")
       ->check(CLI::IsMember({"reentrant", "nonreentrant"}))
       ->capture_default_str();
+  command
+      ->add_option(
+          "--recompute",
+          options.recompute,
+          "optimal: the plan of --strategy/--budget; none, full (each block), "
+          "attention (each attention core) or selective (each block, "
+          "matmul outputs kept): the GPT's own recipe, no plan")
+      ->check(
+          CLI::IsMember({"optimal", "none", "full", "attention", "selective"}))
+      ->capture_default_str();
+  command
+      ->add_option(
+          "--compress",
+          options.compress,
+          "Store saved activations outside checkpointed regions as bf16, fp16 "
+          "or int8 (lossy; the baseline copy is not compressed)")
+      ->check(CLI::IsMember({"none", "bf16", "fp16", "int8"}))
+      ->capture_default_str();
   command->add_flag(
       "--no-baseline",
       options.no_baseline,
@@ -113,6 +135,8 @@ namespace {
 /// What one `remat train` run measured.
 struct TrainRun {
   std::string model;
+  std::string recompute;  ///< --recompute
+  std::string compress;   ///< --compress
   planner::Strategy strategy;
   Budget budget;
   PlanChoice choice;
@@ -150,7 +174,22 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
   const bool human = !options.json;
   const auto start = Clock::now();
   TrainRun run;
-  run.strategy = planner::Strategy::parse(options.budget.strategy);
+  const bool recipe = options.recompute != "optimal";
+  if (recipe && options.model.model != "gpt") {
+    throw UsageError(
+        "--recompute " + options.recompute +
+        ": expected --model gpt (the recipes are the GPT's), got --model " +
+        options.model.model);
+  }
+  if (recipe && options.budget.budget_given) {
+    throw UsageError(
+        "--budget: applies to --recompute optimal, got --recompute " +
+        options.recompute);
+  }
+  run.recompute = options.recompute;
+  run.compress = options.compress;
+  run.strategy = planner::Strategy::parse(
+      recipe ? std::string("none") : options.budget.strategy);
   run.budget = Budget::parse(options.budget.budget);
   run.steps = options.steps;
   const Mode mode = parse_mode(options.mode);
@@ -181,8 +220,15 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
                    : std::string("none"))
            << " (predicted no-checkpoint peak "
            << planner::format_bytes(choice.store_all_peak_bytes) << ")\n";
-    io.out << "plan      " << run.strategy.to_string() << ": "
-           << plan_brief(choice.plan) << '\n';
+    if (recipe) {
+      io.out << "recompute " << options.recompute
+             << ": the GPT's own recipe (no plan, no prediction)\n";
+    } else {
+      io.out << "plan      " << run.strategy.to_string() << ": "
+             << plan_brief(choice.plan) << '\n';
+    }
+  }
+  if (human && !recipe) {
     io.out << "predicted peak "
            << planner::format_bytes(choice.simulation.peak_bytes) << " ("
            << fixed(
@@ -203,7 +249,12 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
         chain, planner::Strategy::parse("none"), Budget::none(), false);
     baseline.emplace(clone_sequential(model), none, mode, options.lr);
   }
-  Trainer trainer(model, choice, mode, options.lr);
+  if (recipe) {
+    models::set_recompute(
+        model, models::parse_gpt_recompute(options.recompute));
+  }
+  Trainer trainer(
+      model, choice, mode, options.lr, parse_compress(options.compress));
   if (human) {
     io.out << "executor  " << trainer.executor().description() << "; "
            << options.steps << " steps";
@@ -297,6 +348,8 @@ void render_json(
   const PlanChoice& choice = run.choice;
   nlohmann::json report;
   report["model"] = run.model;
+  report["recompute"] = run.recompute;
+  report["compress"] = run.compress;
   report["strategy"] = run.strategy.to_string();
   report["budget"] =
       choice.budget_bytes ? run.budget.to_string() : std::string("none");
