@@ -10,6 +10,14 @@
 namespace remat::models {
 namespace {
 
+/// `layer` applied through the one operator aten::linear. The C++ module's
+/// own forward (LibTorch 1.13) computes matmul and then adds the bias in
+/// place into the product, so a selective-checkpointing policy could keep
+/// neither; as one operator call the projection can be kept whole.
+torch::Tensor project(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  return torch::linear(x, layer->weight, layer->bias);
+}
+
 void check_gpt_options(const char* where, const GptOptions& options) {
   TORCH_CHECK(
       options.vocab() > 0 && options.seq_len() > 0 && options.layers() > 0 &&
@@ -165,13 +173,13 @@ void CausalSelfAttentionImpl::pretty_print(std::ostream& stream) const {
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
-  const torch::Tensor packed = qkv->forward(input);
+  const torch::Tensor packed = project(qkv, input);
   auto run_core = [this](const torch::Tensor& qkv_input) {
     return core->forward(qkv_input);
   };
   const torch::Tensor context =
       checkpoint_core ? remat::checkpoint(run_core, packed) : run_core(packed);
-  return dropout->forward(proj->forward(context));
+  return dropout->forward(project(proj, context));
 }
 
 // ---- TransformerBlock
@@ -204,7 +212,7 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
   attention->checkpoint_core = recompute == GptRecompute::kAttention;
   auto body = [this](const torch::Tensor& block_input) {
     auto x = block_input + attention->forward(ln1->forward(block_input));
-    auto mlp = fc2->forward(gelu->forward(fc1->forward(ln2->forward(x))));
+    auto mlp = project(fc2, gelu->forward(project(fc1, ln2->forward(x))));
     return x + dropout->forward(mlp);
   };
   switch (recompute) {
@@ -246,7 +254,7 @@ void LmHeadImpl::pretty_print(std::ostream& stream) const {
 }
 
 torch::Tensor LmHeadImpl::forward(const torch::Tensor& input) {
-  return linear->forward(norm->forward(input));
+  return project(linear, norm->forward(input));
 }
 
 // ---- factory

@@ -297,9 +297,10 @@ void check_options(const CheckpointOptions& options) {
 }  // namespace
 
 torch::autograd::variable_list checkpoint(
-    const Function& fn,
+    const detail::FunctionArg& fn_arg,
     const torch::autograd::variable_list& inputs,
     const CheckpointOptions& options) {
+  const Function& fn = fn_arg;
   TORCH_CHECK(fn, "remat::checkpoint: expected a function, got an empty one");
   check_options(options);
   if (!c10::GradMode::is_enabled()) {

@@ -733,6 +733,31 @@ TEST(Checkpoint, EmptyFunctionIsRejected) {
       remat::checkpoint(remat::Function(), {torch::randn({1})}), c10::Error);
 }
 
+/// A user's module whose forward takes exactly one `const Tensor&`.
+struct ScaledLinearImpl : torch::nn::Module {
+  ScaledLinearImpl()
+      : linear(register_module("linear", torch::nn::Linear(8, 8))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return linear->forward(x).tanh() * 3;
+  }
+  torch::nn::Linear linear;
+};
+TORCH_MODULE(ScaledLinear);
+
+TEST(Checkpoint, ModuleFormTakesAUsersModuleWithATensorForward) {
+  torch::manual_seed(9);
+  ScaledLinear module;
+  auto x = torch::randn({4, 8}, torch::requires_grad());
+  module->forward(x).sum().backward();
+  const auto reference = grads_of(*module);
+  const auto reference_x = x.grad().clone();
+  module->zero_grad();
+  x.mutable_grad() = torch::Tensor();
+  remat::checkpoint(module, x).sum().backward();
+  expect_all_bitwise_equal(reference, grads_of(*module), "module form");
+  EXPECT_TRUE(bitwise_equal(reference_x, x.grad()));
+}
+
 TEST(Checkpoint, WithoutGradModeRunsPlainly) {
   torch::NoGradGuard no_grad;
   auto x = torch::randn({3});

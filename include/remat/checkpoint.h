@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <torch/arg.h>
@@ -81,6 +83,31 @@ struct CheckpointOptions {
 using Function = std::function<torch::autograd::variable_list(
     const torch::autograd::variable_list&)>;
 
+namespace detail {
+/// The `fn` of the list form of `checkpoint`: a Function, or anything a
+/// Function can be made from, except a module holder (the module form takes
+/// those). LibTorch's ModuleHolder::operator() fails to compile, instead of
+/// dropping out of overload resolution, when asked whether it accepts a list;
+/// testing for a module holder first keeps `checkpoint(my_module, x)`
+/// compiling for modules whose forward takes one tensor.
+class FunctionArg {
+ public:
+  template <
+      typename F,
+      std::enable_if_t<
+          !torch::detail::is_module_holder<std::decay_t<F>>::value,
+          int> = 0,
+      std::enable_if_t<std::is_constructible_v<Function, F&&>, int> = 0>
+  FunctionArg(F&& fn) : fn_(std::forward<F>(fn)) {}  // NOLINT: implicit
+  operator const Function&() const {                 // NOLINT: implicit
+    return fn_;
+  }
+
+ private:
+  Function fn_;
+};
+}  // namespace detail
+
 /// Runs `fn(inputs)` without keeping its internal activations; backward
 /// recomputes them. Returns fn's outputs, which carry gradients to `inputs`
 /// and to every parameter `fn` uses.
@@ -105,7 +132,7 @@ using Function = std::function<torch::autograd::variable_list(
 /// modified in place. Exceptions thrown by `fn` propagate; the hook
 /// stack, RNG state, grad mode and module buffers are restored first.
 torch::autograd::variable_list checkpoint(
-    const Function& fn,
+    const detail::FunctionArg& fn,
     const torch::autograd::variable_list& inputs,
     const CheckpointOptions& options = {});
 
