@@ -78,7 +78,7 @@ sanitize: $(SETUP)
 # Installs the benchmark dependencies (the bench group: python3-torch for E6),
 # builds remat_bench, runs every scenario at the sizes of BENCH_SCENARIOS and
 # regenerates docs/benchmarks.md from the results (tables also as CSV and
-# JSON in BENCH_OUT). About 15 minutes on 2 idle cores.
+# JSON in BENCH_OUT). About 40 minutes on 2 idle cores.
 BENCH_OUT       ?= $(BUILD)/bench-results
 BENCH_SCENARIOS ?= E1 --batch 512 E2 E2-variants E3 E5 E6
 bench:
