@@ -6,10 +6,12 @@
 // backward), and the tracking allocator (memory ordered by what is kept).
 #include <atomic>
 
+#include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 #include <torch/library.h>
 #include <torch/torch.h>
 
+#include "compat.h"
 #include "remat/remat.h"
 #include "test_util.h"
 
@@ -363,6 +365,41 @@ TEST(SelectiveCheckpoint, AutogradGradMatchesBackward) {
       with(policies::save_compute_intensive()));
   auto grads = torch::autograd::grad({y.pow(2).sum()}, w.all());
   expect_all_bitwise_equal(reference, grads, "torch::autograd::grad");
+}
+
+TEST(SelectiveCheckpoint, AutocastRegionKeepsItsMatmulsAndMatchesPlainRun) {
+  const Weights w = make_weights();
+  auto run = [&](std::optional<CheckpointOptions> options) {
+    for (const auto& t : w.all()) {
+      t.mutable_grad() = torch::Tensor();
+    }
+    kernel_runs = 0;
+    // compat::AutocastState: the setters differ between LibTorch versions.
+    auto autocast = remat::compat::AutocastState::capture();
+    autocast.cpu_enabled = true;
+    autocast.apply();
+    auto region = [&w](const torch::Tensor& in) {
+      return call_scaled_tanh(in.mm(w.w1).to(torch::kFloat)).mm(w.w2);
+    };
+    torch::manual_seed(11);
+    auto y = options ? remat::checkpoint(region, w.x, *options) : region(w.x);
+    autocast.cpu_enabled = false;
+    autocast.apply();
+    at::autocast::clear_cache();
+    EXPECT_EQ(y.scalar_type(), torch::kBFloat16) << "mm ran under autocast";
+    y.to(torch::kFloat).pow(2).sum().backward();
+    std::vector<torch::Tensor> grads;
+    for (const auto& t : w.all()) {
+      grads.push_back(t.grad().clone());
+    }
+    return grads;
+  };
+  const auto reference = run(std::nullopt);
+  const auto selective = run(with(policies::combine(
+      {policies::save_ops({"remat_test::scaled_tanh"}),
+       policies::save_compute_intensive()})));
+  EXPECT_EQ(kernel_runs, 1) << "kept under autocast: not run in backward";
+  expect_all_bitwise_equal(reference, selective, "autocast");
 }
 
 TEST(Policies, CombineLetsFirstMustAnswerWinElseLastPolicy) {
