@@ -220,10 +220,7 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
       return remat::checkpoint(body, input);
     case GptRecompute::kSelective:
       return remat::checkpoint(
-          body,
-          input,
-          remat::CheckpointOptions().policy(
-              remat::policies::save_compute_intensive()));
+          body, input, remat::CheckpointOptions().policy(policy));
     case GptRecompute::kNone:
     case GptRecompute::kAttention:
       break;
@@ -290,10 +287,17 @@ GptRecompute parse_gpt_recompute(const std::string& text) {
   return GptRecompute::kSelective;
 }
 
-void set_recompute(const torch::nn::Sequential& model, GptRecompute recompute) {
+void set_recompute(
+    const torch::nn::Sequential& model,
+    GptRecompute recompute,
+    remat::Policy policy) {
+  if (!policy) {
+    policy = remat::policies::save_compute_intensive();
+  }
   for (const auto& child : model->children()) {
     if (auto block = std::dynamic_pointer_cast<TransformerBlockImpl>(child)) {
       block->recompute = recompute;
+      block->policy = policy;
     }
   }
 }

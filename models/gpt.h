@@ -18,6 +18,8 @@
 
 #include <torch/torch.h>
 
+#include "remat/policy.h"
+
 #include <cstdint>
 #include <string>
 
@@ -31,8 +33,8 @@ enum class GptRecompute {
   kAttention,  ///< checkpoint only each attention core (scores, mask,
                ///< softmax, dropout, weighted sum), Megatron's selective
                ///< recompute
-  kSelective,  ///< checkpoint each block with
-               ///< remat::policies::save_compute_intensive()
+  kSelective,  ///< checkpoint each block under a per-op policy
+               ///< (TransformerBlockImpl::policy)
 };
 
 /// Parses "none", "full", "attention" or "selective". Throws c10::Error
@@ -124,6 +126,9 @@ class TransformerBlockImpl : public torch::nn::Cloneable<TransformerBlockImpl> {
   GptOptions options;
   /// Default: GptRecompute::kNone.
   GptRecompute recompute = GptRecompute::kNone;
+  /// The policy of GptRecompute::kSelective. Default:
+  /// remat::policies::save_compute_intensive().
+  remat::Policy policy = remat::policies::save_compute_intensive();
   torch::nn::LayerNorm ln1{nullptr};
   CausalSelfAttention attention{nullptr};
   torch::nn::LayerNorm ln2{nullptr};
@@ -159,12 +164,16 @@ TORCH_MODULE(LmHead);
 /// or dropout outside [0, 1).
 torch::nn::Sequential gpt(const GptOptions& options = {});
 
-/// Sets how every TransformerBlock of `model` (a gpt()) recomputes.
+/// Sets how every TransformerBlock of `model` (a gpt()) recomputes and, if
+/// given, the policy of kSelective (empty: save_compute_intensive()).
 ///
 /// Example:
 ///   auto model = gpt();
 ///   set_recompute(model, GptRecompute::kSelective);
-void set_recompute(const torch::nn::Sequential& model, GptRecompute recompute);
+void set_recompute(
+    const torch::nn::Sequential& model,
+    GptRecompute recompute,
+    remat::Policy policy = {});
 
 /// Mean next-token cross-entropy of logits [B, S, vocab] against int64
 /// targets [B, S]. Throws c10::Error if the shapes do not match.

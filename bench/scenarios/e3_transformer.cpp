@@ -53,17 +53,30 @@ Section run_e3(const E3Options& options, const Context& context) {
       {batch, gpt_options.seq_len()},
       torch::TensorOptions().dtype(torch::kLong).device(device));
 
-  const std::vector<std::pair<std::string, models::GptRecompute>> recipes = {
-      {"none", models::GptRecompute::kNone},
-      {"full (per block)", models::GptRecompute::kFull},
-      {"attention core", models::GptRecompute::kAttention},
-      {"selective (save_compute_intensive)", models::GptRecompute::kSelective},
+  struct Recipe {
+    std::string name;
+    models::GptRecompute recompute;
+    Policy policy;  // kSelective only
+  };
+  const std::vector<Recipe> recipes = {
+      {"none", models::GptRecompute::kNone, {}},
+      {"full (per block)", models::GptRecompute::kFull, {}},
+      {"attention core", models::GptRecompute::kAttention, {}},
+      {"selective: save_compute_intensive()",
+       models::GptRecompute::kSelective,
+       policies::save_compute_intensive()},
+      // The projections kept, the attention products (s x s) recomputed.
+      {"selective: projections only",
+       models::GptRecompute::kSelective,
+       policies::combine(
+           {policies::recompute_ops({"aten::bmm", "aten::baddbmm"}),
+            policies::save_compute_intensive()})},
   };
   std::vector<Configuration> configurations;
-  for (const auto& [name, recipe] : recipes) {
+  for (const Recipe& recipe : recipes) {
     configurations.push_back(
-        {name, [model, recipe = recipe](const torch::Tensor& x) mutable {
-           models::set_recompute(model, recipe);
+        {recipe.name, [model, recipe](const torch::Tensor& x) mutable {
+           models::set_recompute(model, recipe.recompute, recipe.policy);
            return model->forward(x);
          }});
   }
@@ -111,9 +124,13 @@ Section run_e3(const E3Options& options, const Context& context) {
            "`full`: each block in `remat::checkpoint`; `attention core`: "
            "only each block's attention core (scores, mask, softmax, "
            "dropout, weighted sum) checkpointed; `selective`: each block "
-           "checkpointed with `policies::save_compute_intensive()` (the "
-           "outputs of mm, addmm, bmm and linear kept, the rest "
-           "recomputed). Ratios against `none` in the same interleaved run; "
+           "checkpointed under a per-op policy, "
+           "`policies::save_compute_intensive()` (the outputs of linear, "
+           "mm, addmm and bmm kept, the rest recomputed) or the same with "
+           "the attention's batched products recomputed "
+           "(`combine({recompute_ops({\"aten::bmm\", \"aten::baddbmm\"}), "
+           "save_compute_intensive()})`: only the projections kept). Ratios "
+           "against `none` in the same interleaved run; "
            "gradients of every configuration bitwise equal to `none`'s "
            "(gate).";
   section.add_text(about.str());
