@@ -87,7 +87,9 @@ class Frame final : public PackSink {
 
   /// Forward pack: remembers what was saved, not the tensor itself.
   void record(const at::Tensor& tensor, const std::shared_ptr<Slot>& slot) {
-    const SelectiveBypass bypass;  // bookkeeping, not the region's work
+    // Bookkeeping, not the region's work (only a region with a policy
+    // intercepts operators).
+    const SelectiveBypass bypass(selective_ != nullptr);
     entries_.push_back(
         {TensorRecord(tensor, options_.determinism_check()), slot});
     if (selective_) {
@@ -109,7 +111,9 @@ class Frame final : public PackSink {
 
   /// Recording pack during recomputation: the `index`-th saved tensor.
   void fill(const at::Tensor& tensor) override {
-    const SelectiveBypass bypass;  // bookkeeping, not the region's work
+    // Bookkeeping, not the region's work (only a region with a policy
+    // intercepts operators).
+    const SelectiveBypass bypass(selective_ != nullptr);
     const int64_t index = recompute_count_++;
     TORCH_CHECK(
         index < static_cast<int64_t>(entries_.size()),

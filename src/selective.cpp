@@ -177,21 +177,10 @@ void SelectiveRegion::on_pack(const at::Tensor& tensor) {
 }
 
 void SelectiveRegion::release() {
-  released_ = true;
   kept_storages_.clear();
   for (LoggedCall& call : calls_) {
-    const bool policy_saves = call.policy_saves;
     clear_kept(call);
-    call.policy_saves = policy_saves;
   }
-}
-
-int64_t SelectiveRegion::held_output_bytes() const {
-  int64_t bytes = 0;
-  for (const LoggedCall& call : calls_) {
-    bytes += bytes_of(call.outputs);
-  }
-  return bytes;
 }
 
 void SelectiveRegion::forward_call(
@@ -344,7 +333,7 @@ void SelectiveRegion::recompute_call(
         " in the forward: a policy must answer the same on both runs");
   }
 
-  if (call.kept && !released_) {
+  if (call.kept) {
     const SelectiveBypass bypass;  // as_strided, detach: not region calls
     for (size_t j = 0; j < call.outputs.size(); ++j) {
       const int64_t version = call.outputs[j]._version();
@@ -411,8 +400,11 @@ void SelectiveRegion::recompute_call(
       " in the forward");
 }
 
-SelectiveBypass::SelectiveBypass()
-    : exclude_(c10::DispatchKeySet(compat::kSelectiveKey)) {}
+SelectiveBypass::SelectiveBypass(bool active) {
+  if (active) {
+    exclude_.emplace(c10::DispatchKeySet(compat::kSelectiveKey));
+  }
+}
 
 SelectiveScope::SelectiveScope(SelectiveRegion* region, PackSink* sink)
     : region_(region), sink_(sink) {

@@ -78,9 +78,6 @@ class SelectiveRegion {
   /// Drops every held tensor; later recomputations run every operator.
   void release();
 
-  /// Bytes of the outputs held for kept calls (0 after release()).
-  int64_t held_output_bytes() const;
-
   // The dispatcher fallback's entry points (selective.cpp).
   void forward_call(
       const c10::OperatorHandle& op,
@@ -144,7 +141,6 @@ class SelectiveRegion {
   // Forward: the calls whose kept outputs live in each storage.
   std::unordered_map<const c10::StorageImpl*, std::vector<int64_t>>
       kept_storages_;
-  bool released_ = false;
 };
 
 /// RAII: this thread's operators go through `region` for the guard's
@@ -169,14 +165,14 @@ class SelectiveScope {
 };
 
 /// RAII: remat's own tensor work (saved-tensor bookkeeping, checks) is not
-/// seen by the region: the selective key is excluded for the guard's
-/// lifetime.
+/// seen by the region: while `active`, the selective key is excluded for the
+/// guard's lifetime. Inactive it costs nothing (frames without a policy).
 class SelectiveBypass {
  public:
-  SelectiveBypass();
+  explicit SelectiveBypass(bool active = true);
 
  private:
-  c10::impl::ExcludeDispatchKeyGuard exclude_;
+  std::optional<c10::impl::ExcludeDispatchKeyGuard> exclude_;
 };
 
 /// The boxed fallback registered on compat::kSelectiveKey.
