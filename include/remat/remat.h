@@ -2,6 +2,9 @@
 //
 // remat/checkpoint.h          checkpoint, checkpoint_sequential, options
 // remat/saved_tensor_hooks.h  SavedTensorHooks, install_engine
+// remat/policy.h              CheckpointPolicy, policies (selective checkpointing)
+// remat/compress.h            CompressActivations (saved tensors in bf16/fp16/int8)
+// remat/offload.h             SaveOnCpu, SaveToFile (saved tensors to host or a file)
 // remat/memory_meter.h        MemoryMeter, install_tracking_allocator
 // remat/profile.h             profile_chain
 // remat/planned_sequential.h  PlannedSequential, Budget, auto_checkpoint
@@ -12,6 +15,7 @@
 #include "remat/checkpoint.h"
 #include "remat/compress.h"
 #include "remat/memory_meter.h"
+#include "remat/offload.h"
 #include "remat/planned_sequential.h"
 #include "remat/planner.h"
 #include "remat/policy.h"

@@ -1,0 +1,90 @@
+// pack_cache.h (private): one stored copy per saved tensor, for saved-tensor
+// hooks that copy what they pack (compression, offload).
+//
+// NOTE: [One copy per saved tensor]
+// Autograd often saves one tensor twice (tanh saves its output, the next
+// linear saves it as its input). A hook that copied each save separately
+// would keep two copies. So the hook remembers what it packed: a tensor packed
+// again, unchanged (same TensorImpl, same version), shares the first copy
+// while that copy is alive. The weak reference to the TensorImpl keeps its
+// address from being reused while remembered.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <unordered_map>
+#include <utility>
+
+#include <ATen/core/Tensor.h>
+
+namespace remat::detail {
+
+/// Remembers the stored form of each tensor a guard packed. Used on the
+/// packing thread only (guards are thread-local), so it has no lock.
+template <typename Stored>
+class PackCache {
+ public:
+  /// The stored form of `tensor`: the remembered one if this tensor was
+  /// packed before, unchanged, and its stored form is still alive; otherwise
+  /// `make(tensor)` (a std::shared_ptr<Stored>), remembered from now on.
+  template <typename Make>
+  std::shared_ptr<Stored> find_or_make(const at::Tensor& tensor, Make&& make) {
+    const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+    const int64_t version = tensor._version();
+    auto found = entries_.find(impl);
+    if (found != entries_.end()) {
+      auto alive = found->second.stored.lock();
+      if (alive && found->second.version == version &&
+          found->second.original.lock().get() == impl) {
+        return alive;
+      }
+    }
+    std::shared_ptr<Stored> stored = std::forward<Make>(make)(tensor);
+    entries_.insert_or_assign(
+        impl,
+        Entry{
+            c10::weak_intrusive_ptr<c10::TensorImpl>(tensor.getIntrusivePtr()),
+            version,
+            stored});
+    forget_dead();
+    return stored;
+  }
+
+ private:
+  struct Entry {
+    c10::weak_intrusive_ptr<c10::TensorImpl> original;
+    int64_t version;
+    std::weak_ptr<Stored> stored;
+  };
+
+  /// Drops entries whose stored form has died, whenever the map has doubled
+  /// since the last sweep, so a guard that lives for a whole training run
+  /// does not grow without bound.
+  void forget_dead() {
+    if (entries_.size() < 2 * swept_size_ + 64) {
+      return;
+    }
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      it = it->second.stored.expired() ? entries_.erase(it) : std::next(it);
+    }
+    swept_size_ = entries_.size();
+  }
+
+  std::unordered_map<const c10::TensorImpl*, Entry> entries_;
+  std::size_t swept_size_ = 0;
+};
+
+/// A parameter or a view of one: alive anyway, so copying it only adds.
+/// Every leaf that requires grad counts as a parameter.
+inline bool is_parameter_like(const at::Tensor& tensor) {
+  if (tensor.is_leaf() && tensor.requires_grad()) {
+    return true;
+  }
+  if (tensor.is_view()) {
+    const at::TensorBase& base = tensor._base();
+    return base.is_leaf() && base.requires_grad();
+  }
+  return false;
+}
+
+}  // namespace remat::detail
