@@ -11,12 +11,14 @@
 // Loss: the next-token cross-entropy against random targets. Every
 // configuration's gradients are gated bitwise against the plain run.
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "harness/scenario.h"
 #include "models/gpt.h"
+#include "remat/offload.h"
 
 namespace remat::bench {
 namespace {
@@ -56,7 +58,8 @@ Section run_e3(const E3Options& options, const Context& context) {
   struct Recipe {
     std::string name;
     models::GptRecompute recompute;
-    Policy policy;  // kSelective only
+    Policy policy;            // kSelective only
+    bool spill_to_file = false;  // the forward under a SaveToFile guard
   };
   const std::vector<Recipe> recipes = {
       {"none", models::GptRecompute::kNone, {}},
@@ -71,12 +74,21 @@ Section run_e3(const E3Options& options, const Context& context) {
        policies::combine(
            {policies::recompute_ops({"aten::bmm", "aten::baddbmm"}),
             policies::save_compute_intensive()})},
+      // No recomputation: the saved tensors go to a file until backward.
+      {"none, saved tensors to a file (SaveToFile)",
+       models::GptRecompute::kNone,
+       {},
+       true},
   };
   std::vector<Configuration> configurations;
   for (const Recipe& recipe : recipes) {
     configurations.push_back(
         {recipe.name, [model, recipe](const torch::Tensor& x) mutable {
            models::set_recompute(model, recipe.recompute, recipe.policy);
+           std::optional<SaveToFile> spill;
+           if (recipe.spill_to_file) {
+             spill.emplace();
+           }
            return model->forward(x);
          }});
   }
@@ -113,7 +125,9 @@ Section run_e3(const E3Options& options, const Context& context) {
   }
 
   Section section;
-  section.title = "E3 — transformer: none, full, attention-core, selective";
+  section.title =
+      "E3 — transformer: none, full, attention-core, selective, offload to a "
+      "file";
   std::ostringstream about;
   about << "Model: the built-in GPT, " << gpt_options.layers() << " layers, "
         << "hidden " << gpt_options.hidden() << ", " << gpt_options.heads()
@@ -129,7 +143,11 @@ Section run_e3(const E3Options& options, const Context& context) {
            "mm, addmm and bmm kept, the rest recomputed) or the same with "
            "the attention's batched products recomputed "
            "(`combine({recompute_ops({\"aten::bmm\", \"aten::baddbmm\"}), "
-           "save_compute_intensive()})`: only the projections kept). Ratios "
+           "save_compute_intensive()})`: only the projections kept); "
+           "`SaveToFile`: no recomputation, the forward under a "
+           "`remat::SaveToFile` guard (default options: saved tensors of "
+           "64 KiB or more written to a file in $TMPDIR or /var/tmp, read "
+           "back during backward, 2 ahead). Ratios "
            "against `none` in the same interleaved run; "
            "gradients of every configuration bitwise equal to `none`'s "
            "(gate).";
@@ -148,7 +166,8 @@ Section run_e3(const E3Options& options, const Context& context) {
 
 const bool kE3Registered = register_scenario(
     {"E3",
-     "transformer: no, full, attention-core and selective recomputation",
+     "transformer: no, full, attention-core and selective recomputation; "
+     "offload to a file",
      30,
      [](CLI::App& command) -> ScenarioRun {
        auto options = std::make_shared<E3Options>();
