@@ -48,74 +48,13 @@ little-endian float32).
 """
 
 import argparse
-import ctypes
-import gc
 import inspect
 import json
 import os
 import platform
 import sys
-import time
 
-
-def reply(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
-class Meter:
-    """remat's tracking CPU allocator through libremat_meter.so (ctypes)."""
-
-    def __init__(self, path):
-        self.library = None
-        self.status = "no meter library given (--meter)"
-        if not path:
-            return
-        try:
-            library = ctypes.CDLL(path)
-        except OSError as error:
-            self.status = "cannot load %s: %s" % (path, error)
-            return
-        for name in ("remat_meter_current_bytes", "remat_meter_peak_bytes",
-                     "remat_meter_baseline_bytes"):
-            getattr(library, name).restype = ctypes.c_int64
-        library.remat_meter_install.restype = ctypes.c_int
-        library.remat_meter_error.restype = ctypes.c_char_p
-        library.remat_meter_reset.restype = None
-        if library.remat_meter_install() != 0:
-            self.status = library.remat_meter_error().decode(errors="replace")
-            return
-        self.library = library
-        self.status = "ok"
-
-    def available(self):
-        return self.library is not None
-
-    def check_sees(self, torch):
-        """Refuses the meter if a fresh torch tensor does not show in it."""
-        if not self.available():
-            return
-        nbytes = 1 << 22
-        before = self.library.remat_meter_current_bytes()
-        probe = torch.empty(nbytes // 4, dtype=torch.float32)
-        during = self.library.remat_meter_current_bytes()
-        del probe
-        if during - before < nbytes:
-            self.library = None
-            self.status = ("the meter did not see a %d-byte torch tensor "
-                           "(saw %d bytes): this torch does not allocate "
-                           "through the libc10 the meter was built against"
-                           % (nbytes, during - before))
-
-    def reset(self):
-        if self.available():
-            self.library.remat_meter_reset()
-
-    def peak_delta_bytes(self):
-        if not self.available():
-            return None
-        return (self.library.remat_meter_peak_bytes() -
-                self.library.remat_meter_baseline_bytes())
+from peer_common import Meter, measured_step, reply  # beside this script
 
 
 def parse_args():
@@ -268,24 +207,13 @@ class Runner:
         self.x.grad = None
         self.model.train(bool(command.get("train", True)))
         torch.manual_seed(int(command["seed"]))
-        gc.collect()
-        self.meter.reset()
-        start = time.perf_counter()
-        # As in the C++ harness, the output is not held past the loss.
-        loss = self.schedules.run(command["kind"],
-                                  int(command.get("segments", 1)),
-                                  self.x).pow(2).mean()
-        forward_end = time.perf_counter()
-        loss.backward()
-        backward_end = time.perf_counter()
-        peak_bytes = self.meter.peak_delta_bytes()
-        del loss
+        kind = command["kind"]
+        segments = int(command.get("segments", 1))
+        result = measured_step(self.meter, lambda: self.schedules.run(
+            kind, segments, self.x).pow(2).mean())
         self.x.grad = None
-        result = {}
-        if timed:
-            result = {"forward_ms": 1e3 * (forward_end - start),
-                      "backward_ms": 1e3 * (backward_end - forward_end),
-                      "peak_bytes": peak_bytes}
+        if not timed:
+            result = {}
         return result
 
     def timed_step(self, command):
