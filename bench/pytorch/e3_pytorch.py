@@ -33,13 +33,11 @@ Standard library and torch only.
 """
 
 import argparse
-import json
 import functools
 import math
-import platform
 import sys
 
-from peer_common import Meter, measured_step, reply  # beside this script
+from peer_common import Meter, greet, measured_step, reply, serve  # beside
 
 
 def parse_args():
@@ -200,32 +198,16 @@ def main():
         reply({"ready": False, "error": "%s: %s"
                                         % (type(error).__name__, error)})
         return 1
-    reply({"ready": True,
-           "torch": torch.__version__,
-           "python": platform.python_version(),
-           "executable": sys.executable,
-           "threads": torch.get_num_threads(),
-           "meter": meter.status,
-           "kinds": kinds,
-           "missing": missing})
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            command = json.loads(line)
-            name = command.get("cmd")
-            if name == "quit":
-                break
-            if name != "step":
-                reply({"error": "unknown command %r" % name})
-                continue
-            for parameter in model.parameters():
-                parameter.grad.zero_()
-            torch.manual_seed(int(command["seed"]))
-            kind = command["kind"]
-            reply(measured_step(meter, lambda: run(kind, tokens, targets)))
-        except Exception as error:  # one failed command ends nothing else
-            reply({"error": "%s: %s" % (type(error).__name__, error)})
+    greet(torch, meter, kinds=kinds, missing=missing)
+
+    def step(command):
+        for parameter in model.parameters():
+            parameter.grad.zero_()
+        torch.manual_seed(int(command["seed"]))
+        kind = command["kind"]
+        return measured_step(meter, lambda: run(kind, tokens, targets))
+
+    serve({"step": step})
     return 0
 
 

@@ -51,10 +51,9 @@ import argparse
 import inspect
 import json
 import os
-import platform
 import sys
 
-from peer_common import Meter, measured_step, reply  # beside this script
+from peer_common import Meter, greet, measured_step, reply, serve  # beside
 
 
 def parse_args():
@@ -287,29 +286,8 @@ def main():
         reply({"ready": False, "error": "%s: %s"
                                         % (type(error).__name__, error)})
         return 1
-    reply({"ready": True,
-           "torch": torch.__version__,
-           "python": platform.python_version(),
-           "executable": sys.executable,
-           "threads": torch.get_num_threads(),
-           "meter": meter.status,
-           "sequential": runner.schedules.sequential_note})
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            command = json.loads(line)
-            name = command.get("cmd")
-            if name == "quit":
-                break
-            if name == "step":
-                reply(runner.timed_step(command))
-            elif name == "grad":
-                reply(runner.write_grads(command))
-            else:
-                reply({"error": "unknown command %r" % name})
-        except Exception as error:  # one failed command ends nothing else
-            reply({"error": "%s: %s" % (type(error).__name__, error)})
+    greet(torch, meter, sequential=runner.schedules.sequential_note)
+    serve({"step": runner.timed_step, "grad": runner.write_grads})
     return 0
 
 

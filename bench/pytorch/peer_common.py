@@ -94,3 +94,35 @@ def measured_step(meter, forward_loss):
     return {"forward_ms": 1e3 * (forward_end - start),
             "backward_ms": 1e3 * (backward_end - forward_end),
             "peak_bytes": peak_bytes}
+
+
+def greet(torch, meter, **extra):
+    """The start-up line of a peer that is ready: torch, Python, threads and
+    the meter's status, and the peer's own fields."""
+    import platform
+    reply(dict({"ready": True,
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+                "executable": sys.executable,
+                "threads": torch.get_num_threads(),
+                "meter": meter.status}, **extra))
+
+
+def serve(handlers):
+    """Answers one JSON command per line of stdin with handlers[cmd](command)
+    until {"cmd": "quit"} or the end of stdin. A failed command answers
+    {"error": ...} and the loop goes on."""
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            command = json.loads(line)
+            name = command.get("cmd")
+            if name == "quit":
+                break
+            if name not in handlers:
+                reply({"error": "unknown command %r" % name})
+                continue
+            reply(handlers[name](command))
+        except Exception as error:  # one failed command ends nothing else
+            reply({"error": "%s: %s" % (type(error).__name__, error)})
