@@ -7,7 +7,8 @@
 #   make test-trixie        LibTorch 2.6.0 CPU (Debian 13): build, test, install-check
 #   make build-trixie-cuda  LibTorch 2.6.0 CUDA 12.4: compile and link every target
 # Other targets: build, install-check, sanitize (ASan+UBSan test run), format, clean,
-#   bench (run every benchmark scenario, regenerate docs/benchmarks.md).
+#   bench (run every benchmark scenario, regenerate docs/benchmarks.md),
+#   bench-sid (E3 on LibTorch and PyTorch 2.14: docs/benchmarks-libtorch-2.14.md).
 
 BUILD      ?= build
 BUILD_TYPE ?= Release
@@ -19,7 +20,7 @@ SETUP      ?= setup
 EXAMPLES_CMAKE_ARGS ?=
 
 .PHONY: setup configure build demo test unit-tests install-check install-check-build \
-        test-matrix test-sid test-trixie build-trixie-cuda sanitize format clean bench
+        test-matrix test-sid test-trixie build-trixie-cuda sanitize format clean bench bench-sid
 
 setup:
 	bash scripts/setup.sh
@@ -81,13 +82,25 @@ sanitize: $(SETUP)
 # JSON in BENCH_OUT). About 40 minutes on 2 idle cores.
 BENCH_OUT       ?= $(BUILD)/bench-results
 BENCH_SCENARIOS ?= E1 --batch 512 E2 E2-variants E3 E5 E6
+BENCH_PAGE      ?= docs/benchmarks.md
+BENCH_PREAMBLE  ?= bench/benchmarks_preamble.md
 bench:
 	$(if $(SETUP),bash scripts/setup.sh bench)
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS) --target remat_bench
 	rm -rf $(BENCH_OUT)
-	$(BUILD)/bench/remat_bench --out $(BENCH_OUT) --page docs/benchmarks.md \
-	  --preamble bench/benchmarks_preamble.md $(BENCH_SCENARIOS)
+	$(BUILD)/bench/remat_bench --out $(BENCH_OUT) --page $(BENCH_PAGE) \
+	  --preamble $(BENCH_PREAMBLE) $(BENCH_SCENARIOS)
+
+# E3 on LibTorch 2.14 next to Python PyTorch 2.14 (whose selective
+# checkpointing 1.13 lacks), in the Debian unstable root (needs root); writes
+# docs/benchmarks-libtorch-2.14.md. About 15 minutes on 2 idle cores.
+SID_PAGE = docs/benchmarks-libtorch-2.14.md
+bench-sid:
+	bash scripts/torch-env.sh sid run 'apt-get install -y -q --no-install-recommends python3-torch && \
+	  make bench SETUP= BUILD=build-sid BENCH_SCENARIOS=E3 BENCH_PAGE=$(SID_PAGE) \
+	  BENCH_PREAMBLE=bench/benchmarks_sid_preamble.md'
+	cp "$$(bash scripts/torch-env.sh sid path)/work/remat/$(SID_PAGE)" $(SID_PAGE)
 
 format:
 	git ls-files '*.h' '*.cpp' | xargs clang-format -i
