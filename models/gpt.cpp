@@ -119,7 +119,22 @@ void AttentionCoreImpl::pretty_print(std::ostream& stream) const {
          << ", dropout=" << options.dropout() << ")";
 }
 
+torch::Tensor AttentionCoreImpl::mask_for(int64_t seq) const {
+  TORCH_CHECK(
+      seq >= 0 && seq <= options.seq_len(),
+      "remat::models::AttentionCore: expected seq in [0, seq_len ",
+      options.seq_len(),
+      "], got ",
+      seq);
+  return causal_mask.narrow(0, 0, seq).narrow(1, 0, seq);
+}
+
 torch::Tensor AttentionCoreImpl::forward(const torch::Tensor& qkv) {
+  return forward_masked(qkv, mask_for(qkv.dim() == 3 ? qkv.size(1) : 0));
+}
+
+torch::Tensor AttentionCoreImpl::forward_masked(
+    const torch::Tensor& qkv, const torch::Tensor& mask) {
   const int64_t hidden = options.hidden();
   TORCH_CHECK(
       qkv.dim() == 3 && qkv.size(2) == 3 * hidden &&
@@ -142,7 +157,17 @@ torch::Tensor AttentionCoreImpl::forward(const torch::Tensor& qkv) {
   auto value = parts[2];
   auto scores = torch::matmul(query, key.transpose(-2, -1)) *
                 (1.0 / std::sqrt(static_cast<double>(head_dim)));
-  auto mask = causal_mask.narrow(0, 0, seq).narrow(1, 0, seq);
+  TORCH_CHECK(
+      mask.scalar_type() == torch::kBool && mask.dim() == 2 &&
+          mask.size(0) == seq && mask.size(1) == seq,
+      "remat::models::AttentionCore: expected a bool mask [",
+      seq,
+      ", ",
+      seq,
+      "], got ",
+      mask.scalar_type(),
+      " ",
+      mask.sizes());
   scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
   auto probabilities = dropout->forward(torch::softmax(scores, -1));
   auto context = torch::matmul(probabilities, value);  // [batch, heads, seq, d]
@@ -173,9 +198,14 @@ void CausalSelfAttentionImpl::pretty_print(std::ostream& stream) const {
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
+  return forward_masked(input, core->mask_for(input.dim() == 3 ? input.size(1) : 0));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward_masked(
+    const torch::Tensor& input, const torch::Tensor& mask) {
   const torch::Tensor packed = project(qkv, input);
-  auto run_core = [this](const torch::Tensor& qkv_input) {
-    return core->forward(qkv_input);
+  auto run_core = [this, mask](const torch::Tensor& qkv_input) {
+    return core->forward_masked(qkv_input, mask);
   };
   const torch::Tensor context =
       checkpoint_core ? remat::checkpoint(run_core, packed) : run_core(packed);
@@ -209,9 +239,15 @@ void TransformerBlockImpl::pretty_print(std::ostream& stream) const {
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
+  return forward_masked(
+      input, attention->core->mask_for(input.dim() == 3 ? input.size(1) : 0));
+}
+
+torch::Tensor TransformerBlockImpl::forward_masked(
+    const torch::Tensor& input, const torch::Tensor& mask) {
   attention->checkpoint_core = recompute == GptRecompute::kAttention;
-  auto body = [this](const torch::Tensor& block_input) {
-    auto x = block_input + attention->forward(ln1->forward(block_input));
+  auto body = [this, mask](const torch::Tensor& block_input) {
+    auto x = block_input + attention->forward_masked(ln1->forward(block_input), mask);
     auto mlp = project(fc2, gelu->forward(project(fc1, ln2->forward(x))));
     return x + dropout->forward(mlp);
   };
@@ -266,6 +302,35 @@ torch::nn::Sequential gpt(const GptOptions& options) {
   }
   model->push_back(LmHead(options));
   return model;
+}
+
+std::vector<remat::Stage> gpt_stages(
+    const torch::nn::Sequential& model, const torch::Tensor& mask) {
+  std::vector<remat::Stage> stages;
+  for (size_t i = 0; i < model->size(); ++i) {
+    std::shared_ptr<torch::nn::Module> child = model->ptr(i);
+    if (auto block = std::dynamic_pointer_cast<TransformerBlockImpl>(child)) {
+      stages.push_back(
+          {[block, mask](const torch::Tensor& x) { return block->forward_masked(x, mask); },
+           block});
+    } else if (auto embedding =
+                   std::dynamic_pointer_cast<TokenPositionEmbeddingImpl>(child)) {
+      stages.push_back(
+          {[embedding](const torch::Tensor& t) { return embedding->forward(t); },
+           embedding});
+    } else if (auto head = std::dynamic_pointer_cast<LmHeadImpl>(child)) {
+      stages.push_back(
+          {[head](const torch::Tensor& x) { return head->forward(x); }, head});
+    } else {
+      TORCH_CHECK(
+          false,
+          "remat::models::gpt_stages: expected the children of a gpt(), child ",
+          i,
+          " is ",
+          child->name());
+    }
+  }
+  return stages;
 }
 
 GptRecompute parse_gpt_recompute(const std::string& text) {

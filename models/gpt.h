@@ -19,9 +19,11 @@
 #include <torch/torch.h>
 
 #include "remat/policy.h"
+#include "remat/stage.h"
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace remat::models {
 
@@ -84,7 +86,14 @@ class AttentionCoreImpl : public torch::nn::Cloneable<AttentionCoreImpl> {
   explicit AttentionCoreImpl(const GptOptions& options_);
   void reset() override;
   void pretty_print(std::ostream& stream) const override;
+  /// With the causal mask of qkv's sequence length.
   torch::Tensor forward(const torch::Tensor& qkv);
+  /// With `mask`, bool [seq, seq], true where a query may not attend a key.
+  /// Throws c10::Error naming the mask's type and shape otherwise.
+  torch::Tensor forward_masked(const torch::Tensor& qkv, const torch::Tensor& mask);
+  /// The causal mask of `seq` positions (a view of causal_mask). Throws
+  /// c10::Error unless 0 <= seq <= seq_len.
+  torch::Tensor mask_for(int64_t seq) const;
 
   GptOptions options;
   torch::nn::Dropout dropout{nullptr};
@@ -100,7 +109,10 @@ class CausalSelfAttentionImpl
   explicit CausalSelfAttentionImpl(const GptOptions& options_);
   void reset() override;
   void pretty_print(std::ostream& stream) const override;
+  /// With the causal mask.
   torch::Tensor forward(const torch::Tensor& input);
+  /// With `mask` (see AttentionCore).
+  torch::Tensor forward_masked(const torch::Tensor& input, const torch::Tensor& mask);
 
   GptOptions options;
   /// Checkpoint the core (GptRecompute::kAttention). Default: false.
@@ -121,7 +133,12 @@ class TransformerBlockImpl : public torch::nn::Cloneable<TransformerBlockImpl> {
   explicit TransformerBlockImpl(const GptOptions& options_);
   void reset() override;
   void pretty_print(std::ostream& stream) const override;
+  /// With the causal mask (a child of a Sequential takes one tensor).
   torch::Tensor forward(const torch::Tensor& input);
+  /// With `mask` (see AttentionCore): a block as a planned chain's stage
+  /// closes over it (gpt_stages()). (Not an overload of forward: a module
+  /// stored in a Sequential has one forward.)
+  torch::Tensor forward_masked(const torch::Tensor& input, const torch::Tensor& mask);
 
   GptOptions options;
   /// Default: GptRecompute::kNone.
@@ -174,6 +191,21 @@ void set_recompute(
     const torch::nn::Sequential& model,
     GptRecompute recompute,
     remat::Policy policy = {});
+
+/// The stages of `model` (a gpt()) for remat::PlannedChain: the embedding,
+/// each block with `mask` (bool [seq, seq], see AttentionCore) captured, and
+/// the head. With the causal mask of the input's length, running them equals
+/// model->forward bitwise.
+///
+/// Example:
+// clang-format off
+///   auto mask = torch::ones({seq, seq}, torch::kBool).triu(1);   // causal
+///   auto net = remat::auto_checkpoint(gpt_stages(model, mask), tokens,
+///                                     remat::Budget::parse("50%"));
+// clang-format on
+/// Throws c10::Error if a child of `model` is not a gpt() part.
+std::vector<remat::Stage> gpt_stages(
+    const torch::nn::Sequential& model, const torch::Tensor& mask);
 
 /// Mean next-token cross-entropy of logits [B, S, vocab] against int64
 /// targets [B, S]. Throws c10::Error if the shapes do not match.

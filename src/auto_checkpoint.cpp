@@ -2,6 +2,7 @@
 // model to a planned model in one call (auto_checkpoint).
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
@@ -33,6 +34,23 @@ planner::Plan plan_within(
   return std::move(*plan);
 }
 
+namespace {
+
+/// The options of the planned chain auto_checkpoint makes.
+PlannedChainOptions planned_options(
+    const torch::Tensor& sample,
+    const Budget& budget,
+    const AutoCheckpointOptions& options) {
+  return PlannedChainOptions()
+      .input_shape(sample.sizes().vec())
+      .on_shape_change(options.on_shape_change())
+      .budget(budget)
+      .profile(options.profile())
+      .solver(options.solver());
+}
+
+}  // namespace
+
 PlannedSequential auto_checkpoint(
     torch::nn::Sequential model,
     const torch::Tensor& sample,
@@ -41,14 +59,18 @@ PlannedSequential auto_checkpoint(
   planner::Chain chain = profile_chain(model, sample, options.profile());
   planner::Plan plan = plan_within(chain, budget, options.solver());
   return PlannedSequential(
-      std::move(model),
-      std::move(plan),
-      PlannedSequentialOptions()
-          .input_shape(sample.sizes().vec())
-          .on_shape_change(options.on_shape_change())
-          .budget(budget)
-          .profile(options.profile())
-          .solver(options.solver()));
+      std::move(model), std::move(plan), planned_options(sample, budget, options));
+}
+
+PlannedChain auto_checkpoint(
+    std::vector<Stage> stages,
+    const torch::Tensor& sample,
+    Budget budget,
+    const AutoCheckpointOptions& options) {
+  planner::Chain chain = profile_chain(stages, sample, options.profile());
+  planner::Plan plan = plan_within(chain, budget, options.solver());
+  return PlannedChain(
+      std::move(stages), std::move(plan), planned_options(sample, budget, options));
 }
 
 }  // namespace remat

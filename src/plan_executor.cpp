@@ -35,6 +35,7 @@
 // BatchNorm running statistics are updated once per step.
 #include "plan_executor.h"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,7 +49,6 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
-#include <torch/nn/modules/container/any.h>
 
 #include "compat.h"
 #include "recompute_context.h"
@@ -69,21 +69,18 @@ struct StageRecord {
 class PlanExecution {
  public:
   PlanExecution(
-      const torch::nn::Sequential& sequential,
+      std::shared_ptr<const std::vector<Stage>> stages,
       const planner::Plan& plan,
       const torch::Tensor& input)
       : plan_(plan),
-        chain_(unit_chain(static_cast<int64_t>(sequential->size()))),
+        chain_(unit_chain(static_cast<int64_t>(stages->size()))),
         replay_(chain_),
-        input_requires_grad_(input.requires_grad()) {
-    const int64_t stages = chain_.size();
-    for (int64_t i = 0; i < stages; ++i) {
-      stages_.push_back(sequential->begin()[i]);
-      modules_.push_back(sequential->ptr(i));
-    }
-    values_.resize(stages + 1);
-    records_.resize(stages);
-    first_forward_.resize(stages);
+        input_requires_grad_(input.requires_grad()),
+        stages_(std::move(stages)) {
+    const int64_t stages_count = chain_.size();
+    values_.resize(stages_count + 1);
+    records_.resize(stages_count);
+    first_forward_.resize(stages_count);
     values_[0] = input.detach();
   }
   PlanExecution(const PlanExecution&) = delete;
@@ -154,11 +151,19 @@ class PlanExecution {
       first_forward_[i].emplace(
           torch::autograd::variable_list{input}, /*preserve_rng=*/true);
       c10::AutoGradMode grad_mode(record);
-      return stages_[i].forward(input);
+      return call_stage(i, input);
     }
-    RecomputeGuard guard(*first_forward_[i], {modules_[i]});
+    RecomputeGuard guard(*first_forward_[i], {(*stages_)[i].module});
     c10::AutoGradMode grad_mode(record);
-    return stages_[i].forward(input);
+    return call_stage(i, input);
+  }
+
+  torch::Tensor call_stage(int64_t i, const torch::Tensor& input) {
+    torch::Tensor output = (*stages_)[i].forward(input);
+    TORCH_CHECK(
+        output.defined(),
+        "remat: stage ", i, " of the chain returned an undefined tensor");
+    return output;
   }
 
   /// Drops x_i, x_{i+1} and R_i if the model no longer holds them.
@@ -178,8 +183,7 @@ class PlanExecution {
   planner::Replay replay_;  // points into chain_; never moved
   bool input_requires_grad_;
   size_t next_op_ = 0;
-  std::vector<torch::nn::AnyModule> stages_;
-  std::vector<std::shared_ptr<torch::nn::Module>> modules_;
+  const std::shared_ptr<const std::vector<Stage>> stages_;
   std::vector<torch::Tensor> values_;  // x_v while held, else undefined
   std::vector<StageRecord> records_;   // R_i while recorded
   std::vector<std::optional<RecomputeContext>> first_forward_;  // RNG, autocast
@@ -217,12 +221,12 @@ class PlanBackward : public torch::autograd::Node {
       torch::autograd::variable_list&& grads) override {
     TORCH_CHECK(
         torch::autograd::Engine::get_default_engine().is_checkpoint_valid(),
-        "remat::PlannedSequential: backward accumulates parameter gradients "
+        "remat::PlannedChain: backward accumulates parameter gradients "
         "itself, so torch::autograd::grad and backward(inputs=...) are not "
         "supported; call backward() on a loss");
     TORCH_CHECK(
         execution_ != nullptr,
-        "remat::PlannedSequential: expected one backward per forward, got a "
+        "remat::PlannedChain: expected one backward per forward, got a "
         "second backward through the same forward (retain_graph is not "
         "supported)");
     std::shared_ptr<PlanExecution> execution = std::move(execution_);
@@ -233,7 +237,7 @@ class PlanBackward : public torch::autograd::Node {
   }
 
   std::string name() const override {
-    return "remat::PlannedSequentialBackward";
+    return "remat::PlannedChainBackward";
   }
 
   void release_variables() override {
@@ -278,15 +282,15 @@ planner::Chain unit_chain(int64_t stages) {
 }
 
 torch::Tensor run_plan(
-    const torch::nn::Sequential& sequential,
+    std::shared_ptr<const std::vector<Stage>> stages,
     const planner::Plan& plan,
     const torch::Tensor& input) {
-  auto execution = std::make_shared<PlanExecution>(sequential, plan, input);
+  auto execution =
+      std::make_shared<PlanExecution>(std::move(stages), plan, input);
   torch::Tensor inner_output = execution->run_forward_phase();
   TORCH_CHECK(
       inner_output.is_floating_point() || inner_output.is_complex(),
-      "remat::PlannedSequential: expected a floating-point chain output to "
-      "train through, got ",
+      "remat: expected a floating-point chain output to train through, got ",
       inner_output.scalar_type());
   // A fresh tensor sharing the output's storage, so that the stage graph of
   // the inner output stays intact for the backward of the last stage.
@@ -296,6 +300,37 @@ torch::Tensor run_plan(
   node->set_next_edges(torch::autograd::collect_next_edges(input));
   torch::autograd::set_history(output, node);
   return output;
+}
+
+void check_stages(const char* who, const std::vector<Stage>& stages) {
+  TORCH_CHECK(!stages.empty(), who, ": expected at least one stage, got none");
+  for (size_t i = 0; i < stages.size(); ++i) {
+    TORCH_CHECK(
+        static_cast<bool>(stages[i].forward),
+        who, ": expected every stage to have a forward, stage ", i,
+        " has none");
+  }
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> modules_of(
+    const std::vector<Stage>& stages) {
+  std::vector<std::shared_ptr<torch::nn::Module>> modules;
+  for (const Stage& stage : stages) {
+    if (stage.module &&
+        std::find(modules.begin(), modules.end(), stage.module) == modules.end()) {
+      modules.push_back(stage.module);
+    }
+  }
+  return modules;
+}
+
+torch::Tensor run_stages(
+    const std::vector<Stage>& stages, const torch::Tensor& input) {
+  torch::Tensor value = input;
+  for (const Stage& stage : stages) {
+    value = stage.forward(value);
+  }
+  return value;
 }
 
 }  // namespace remat::detail

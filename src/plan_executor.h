@@ -1,14 +1,16 @@
-// plan_executor.h (private): executes a planner::Plan over a Sequential with
-// LibTorch autograd. See NOTE: [Plan execution] in plan_executor.cpp.
+// plan_executor.h (private): executes a planner::Plan over a chain of stages
+// with LibTorch autograd. See NOTE: [Plan execution] in plan_executor.cpp.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
-#include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
 
 #include "remat/planner/chain.h"
 #include "remat/planner/plan.h"
+#include "remat/stage.h"
 
 namespace remat::detail {
 
@@ -26,12 +28,23 @@ planner::Chain unit_chain(int64_t stages);
 void run_stage_backward(torch::Tensor output, torch::Tensor grad_output);
 
 /// Runs the forward phase of `plan` (every op before the first backward) over
-/// the children of `sequential` on `input` and returns the chain output. Its
-/// grad_fn runs the rest of the plan. REQUIRES: grad mode on; `plan` valid for
-/// sequential->size() stages (checked by the caller).
+/// `stages` on `input` and returns the chain output. Its grad_fn runs the rest
+/// of the plan (and keeps `stages` alive until then). REQUIRES: grad mode on;
+/// `plan` valid for stages->size() stages (checked by the caller).
 torch::Tensor run_plan(
-    const torch::nn::Sequential& sequential,
+    std::shared_ptr<const std::vector<Stage>> stages,
     const planner::Plan& plan,
     const torch::Tensor& input);
+
+/// Throws c10::Error, naming `who`, if `stages` is empty or a stage has no
+/// forward.
+void check_stages(const char* who, const std::vector<Stage>& stages);
+
+/// The distinct non-null modules of `stages`, in first-use order.
+std::vector<std::shared_ptr<torch::nn::Module>> modules_of(
+    const std::vector<Stage>& stages);
+
+/// Runs `stages` one after the other on `input` (the plain chain forward).
+torch::Tensor run_stages(const std::vector<Stage>& stages, const torch::Tensor& input);
 
 }  // namespace remat::detail

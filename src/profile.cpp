@@ -51,15 +51,19 @@ namespace {
 /// Restores buffers, parameter gradients and RNG state on destruction.
 class ProfileStateGuard {
  public:
-  ProfileStateGuard(torch::nn::Module& module, c10::Device device) {
+  ProfileStateGuard(
+      const std::vector<std::shared_ptr<torch::nn::Module>>& modules,
+      c10::Device device) {
     c10::NoGradGuard no_grad;
-    for (auto& buffer : module.buffers(/*recurse=*/true)) {
-      buffers_.emplace_back(buffer, buffer.clone());
-    }
-    for (auto& parameter : module.parameters(/*recurse=*/true)) {
-      grads_.emplace_back(parameter, parameter.grad());
-      if (parameter.requires_grad()) {
-        parameter.mutable_grad() = torch::zeros_like(parameter);
+    for (const auto& module : modules) {
+      for (auto& buffer : module->buffers(/*recurse=*/true)) {
+        buffers_.emplace_back(buffer, buffer.clone());
+      }
+      for (auto& parameter : module->parameters(/*recurse=*/true)) {
+        grads_.emplace_back(parameter, parameter.grad());
+        if (parameter.requires_grad()) {
+          parameter.mutable_grad() = torch::zeros_like(parameter);
+        }
       }
     }
     std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
@@ -102,6 +106,17 @@ void synchronize(c10::Device device) {
   }
 }
 
+/// The bytes of `module`'s buffers (0 for none).
+int64_t buffer_bytes(const std::shared_ptr<torch::nn::Module>& module) {
+  int64_t bytes = 0;
+  if (module) {
+    for (const auto& buffer : module->buffers(/*recurse=*/true)) {
+      bytes += static_cast<int64_t>(buffer.nbytes());
+    }
+  }
+  return bytes;
+}
+
 double elapsed_ms(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now() - start)
@@ -118,6 +133,14 @@ planner::Chain profile_chain(
       !model.is_empty() && model->size() > 0,
       "remat::profile_chain: expected a non-empty Sequential, got ",
       model.is_empty() ? "a null one" : "one with no children");
+  return profile_chain(stages_of(model), sample, options);
+}
+
+planner::Chain profile_chain(
+    const std::vector<Stage>& model,
+    const torch::Tensor& sample,
+    const ProfileOptions& options) {
+  detail::check_stages("remat::profile_chain", model);
   TORCH_CHECK(
       sample.defined(), "remat::profile_chain: expected a defined sample");
   TORCH_CHECK(
@@ -130,7 +153,7 @@ planner::Chain profile_chain(
       options.repeats());
 
   const c10::Device device = sample.device();
-  ProfileStateGuard state_guard(*model, device);
+  ProfileStateGuard state_guard(detail::modules_of(model), device);
   MemoryMeter meter(device);
   const int64_t rounds = options.warmup() + options.repeats();
 
@@ -138,8 +161,8 @@ planner::Chain profile_chain(
   torch::Tensor input = sample.detach();
   const int64_t input_bytes = static_cast<int64_t>(input.nbytes());
   int64_t input_value_bytes = input_bytes;  // |x_i|, the model's |g_i|
-  for (size_t i = 0; i < model->size(); ++i) {
-    torch::nn::AnyModule& stage = model->begin()[i];
+  for (size_t i = 0; i < model.size(); ++i) {
+    const auto& stage = model[i];
     const bool leaf_requires_grad =
         input.is_floating_point() && (i > 0 || sample.requires_grad());
     planner::StageCost cost;
@@ -198,7 +221,12 @@ planner::Chain profile_chain(
             backward_tmp_bytes, meter.peak_delta_bytes() - input_value_bytes);
       }
     }
-    cost.record_tmp_bytes = record_tmp_bytes;
+    // A recomputation backs up the stage module's buffers while it runs
+    // (NOTE: [Recompute and RNG]); the first forward does not, but the model
+    // has one forward cost per stage, so both carry the backup.
+    const int64_t backup_bytes = buffer_bytes(stage.module);
+    cost.forward_tmp_bytes += backup_bytes;
+    cost.record_tmp_bytes = record_tmp_bytes + backup_bytes;
     cost.backward_tmp_bytes = backward_tmp_bytes;
     cost.forward_ms = planner::median(forward_times);
     cost.backward_ms = planner::median(backward_times);

@@ -71,6 +71,9 @@ RecomputeGuard::RecomputeGuard(
   {
     c10::NoGradGuard no_grad;
     for (const auto& module : modules) {
+      if (!module) {
+        continue;  // a parameter-free stage
+      }
       for (auto& buffer : module->buffers(/*recurse=*/true)) {
         buffer_backups_.emplace_back(buffer, buffer.clone());
       }

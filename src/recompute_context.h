@@ -55,7 +55,8 @@ class RecomputeContext {
 
 /// RAII: for the lifetime of the guard, this thread recomputes a region:
 /// RNG and autocast state as in `replay`, grad mode on, is_recomputing()
-/// true, buffers of `modules` saved (and restored at the end).
+/// true, buffers of `modules` saved (and restored at the end; null entries
+/// are skipped).
 class RecomputeGuard {
  public:
   RecomputeGuard(

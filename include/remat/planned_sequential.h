@@ -21,57 +21,29 @@
 // for the new shape (ShapePolicy::kReplan; once per shape, plans are kept by
 // shape). See docs/planned_execution.md.
 //
-// Limits: parameters receive their gradients by accumulation inside the
-// backward, so torch::autograd::grad and backward(inputs=...) are refused;
-// backward may run once per forward (no retain_graph re-use); every child
-// takes one Tensor and returns one Tensor.
+// Limits: those of PlannedChain (remat/planned_chain.h), which runs it: no
+// torch::autograd::grad or backward(inputs=...), one backward per forward;
+// every child takes one Tensor and returns one Tensor (for other blocks, build
+// a std::vector<Stage> and use PlannedChain).
 #pragma once
 
 #include <cstdint>
 #include <map>
-#include <optional>
+#include <memory>
 #include <ostream>
-#include <string>
 #include <vector>
 
-#include <torch/arg.h>
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
-#include "remat/budget.h"
-#include "remat/planner/chain.h"
-#include "remat/planner/explain.h"
-#include "remat/planner/plan.h"
-#include "remat/planner/solvers.h"
-#include "remat/profile.h"
+#include "remat/planned_chain.h"
 
 namespace remat {
 
-/// What PlannedSequential does when the input shape differs from
-/// PlannedSequentialOptions::input_shape.
-enum class ShapePolicy {
-  kError,   ///< throw c10::Error naming both shapes (default)
-  kReplan,  ///< profile the new shape and solve the budget again
-};
-
-/// Options of PlannedSequential.
-struct PlannedSequentialOptions {
-  /// The input shape the plan was made for; empty: any shape is accepted.
-  /// Default: empty.
-  TORCH_ARG(std::vector<int64_t>, input_shape) = {};
-  /// What to do on another input shape (only when input_shape is set).
-  /// Default: ShapePolicy::kError.
-  TORCH_ARG(ShapePolicy, on_shape_change) = ShapePolicy::kError;
-  /// The budget re-solved under ShapePolicy::kReplan; required for kReplan.
-  /// Default: none.
-  TORCH_ARG(std::optional<Budget>, budget) = std::nullopt;
-  /// Profiling options used by ShapePolicy::kReplan. Default: {}.
-  TORCH_ARG(ProfileOptions, profile) = {};
-  /// Solver options used by ShapePolicy::kReplan. Default: {}.
-  TORCH_ARG(planner::SolverOptions, solver) = {};
-};
+/// The options of a PlannedSequential are those of a PlannedChain.
+using PlannedSequentialOptions = PlannedChainOptions;
 
 /// A Sequential executed according to a plan (see the top of this header).
 /// Shares the parameters and buffers of the wrapped Sequential;
@@ -111,53 +83,22 @@ class PlannedSequentialImpl
   void pretty_print(std::ostream& stream) const override;
 
   /// The plan executed (replaced under ShapePolicy::kReplan).
-  const planner::Plan& plan() const {
-    return plan_;
-  }
+  const planner::Plan& plan() const;
   /// Every plan made so far, keyed by the input shape it was made for: the
   /// constructor's plan under options.input_shape (when set), and one per
   /// shape re-planned under ShapePolicy::kReplan. An input of a shape seen
   /// before takes its plan from here, without profiling again (a smaller last
   /// batch per epoch costs one profile, not two per epoch).
-  const std::map<std::vector<int64_t>, planner::Plan>& plans_by_shape() const {
-    return plans_by_shape_;
-  }
+  const std::map<std::vector<int64_t>, planner::Plan>& plans_by_shape() const;
   /// The wrapped Sequential.
   torch::nn::Sequential sequential{nullptr};
   /// The options given at construction.
   PlannedSequentialOptions options;
 
  private:
-  planner::Plan plan_;
-  std::map<std::vector<int64_t>, planner::Plan> plans_by_shape_;
+  std::shared_ptr<detail::PlannedRun> run_;  // over sequential's children
 };
 TORCH_MODULE(PlannedSequential);
-
-/// Options of auto_checkpoint().
-struct AutoCheckpointOptions {
-  /// Profiling options. Default: {}.
-  TORCH_ARG(ProfileOptions, profile) = {};
-  /// Options of planner::solve_optimal. Default: {}.
-  TORCH_ARG(planner::SolverOptions, solver) = {};
-  /// What the result does on another input shape. Default: kError.
-  TORCH_ARG(ShapePolicy, on_shape_change) = ShapePolicy::kError;
-};
-
-/// The optimal plan for `chain` within `budget`: planner::solve_optimal at
-/// budget.resolve_bytes(chain) bytes with `solver`'s options.
-///
-/// Throws c10::Error if that is below planner::min_feasible_budget_bytes of
-/// `chain`; the message states the minimum and the requested budget in bytes.
-///
-/// Example:
-// clang-format off
-///   auto chain = remat::profile_chain(model, sample);
-///   remat::PlannedSequential net(model, remat::plan_within(chain, Budget::parse("50%")));
-// clang-format on
-planner::Plan plan_within(
-    const planner::Chain& chain,
-    const Budget& budget,
-    const planner::SolverOptions& solver = {});
 
 /// Profiles `model` on `sample`, then plan_within(chain, budget) and wraps
 /// the model: the fastest schedule the planner knows within the budget.
@@ -177,9 +118,5 @@ PlannedSequential auto_checkpoint(
     const torch::Tensor& sample,
     Budget budget,
     const AutoCheckpointOptions& options = {});
-
-/// The plan report; defined in the torch-free planner (remat/planner/explain.h)
-/// and usable as remat::explain(chain, plan).
-using planner::explain;
 
 }  // namespace remat

@@ -1,4 +1,5 @@
-// remat/profile.h: measure the cost model of a torch::nn::Sequential.
+// remat/profile.h: measure the cost model of a torch::nn::Sequential or of
+// any chain of stages.
 //
 // profile_chain() turns a Sequential and a sample input into a
 // planner::Chain: per child (stage), forward and backward times and the byte
@@ -19,20 +20,25 @@
 //   backward_tmp_bytes  transient peak of a backward above before + |g_i|
 //                       (negative, down to -|g_i|, when the backward frees
 //                       more than it allocates before g_i exists)
+// Both tmp terms include the bytes of the stage module's buffers, which a
+// recomputation backs up while it runs (so that buffers move once per step).
 // Times are the median of `repeats` runs after `warmup` runs.
 //
 // Profiling runs the model, so it leaves no trace: module buffers (BatchNorm
 // running statistics), parameter gradients and the RNG state are restored.
-// Not supported: children that take or return anything but one Tensor.
+// Not supported: children that take or return anything but one Tensor; for
+// those, build a std::vector<Stage> (remat/stage.h) and profile that.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <torch/arg.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
 
 #include "remat/planner/chain.h"
+#include "remat/stage.h"
 
 namespace remat {
 
@@ -60,6 +66,17 @@ struct ProfileOptions {
 // clang-format on
 planner::Chain profile_chain(
     torch::nn::Sequential model,
+    const torch::Tensor& sample,
+    const ProfileOptions& options = {});
+
+/// The same for any chain of stages (remat/stage.h): stage i's cost measured
+/// on x_i, the sample run through stages 0..i-1. Restores the buffers and
+/// parameter gradients of the stages' modules, and the RNG state.
+///
+/// Throws c10::Error if `stages` is empty, a stage has no forward, `sample`
+/// is undefined, or warmup < 0 or repeats < 1.
+planner::Chain profile_chain(
+    const std::vector<Stage>& stages,
     const torch::Tensor& sample,
     const ProfileOptions& options = {});
 

@@ -7,7 +7,9 @@
 // remat/offload.h             SaveOnCpu, SaveToFile (saved tensors to host or a file)
 // remat/memory_meter.h        MemoryMeter, install_tracking_allocator
 // remat/profile.h             profile_chain
-// remat/planned_sequential.h  PlannedSequential, Budget, auto_checkpoint
+// remat/stage.h               Stage (one block of any chain), stages_of
+// remat/planned_chain.h       PlannedChain, auto_checkpoint, plan_within
+// remat/planned_sequential.h  PlannedSequential, auto_checkpoint
 // remat/planner.h             the torch-free planner (remat::planner)
 #pragma once
 
@@ -16,8 +18,10 @@
 #include "remat/compress.h"
 #include "remat/memory_meter.h"
 #include "remat/offload.h"
+#include "remat/planned_chain.h"
 #include "remat/planned_sequential.h"
 #include "remat/planner.h"
 #include "remat/policy.h"
 #include "remat/profile.h"
 #include "remat/saved_tensor_hooks.h"
+#include "remat/stage.h"

@@ -1,0 +1,171 @@
+// remat/planned_chain.h: run any chain of blocks (a std::vector<Stage>)
+// according to a planner::Plan, and fit it into a byte budget in one call.
+//
+// PlannedChain runs stages (remat/stage.h) under a plan, with the guarantees
+// of PlannedSequential, which is a PlannedChain over a Sequential's children:
+// in training (grad mode on, and the input or some parameter requiring grad)
+// forward() executes the plan's forward phase and backward the rest
+// (recomputations and per-stage backwards), holding exactly the values the
+// memory model holds (docs/planner.md, "The memory model"), so the measured
+// activation peak plus the input bytes is what planner::simulate() predicts
+// for the chain profile_chain() measured. Gradients equal those of running
+// the stages plainly (bitwise on CPU for deterministic ops): every
+// recomputation replays the RNG and autocast state of the stage's first
+// forward and leaves the buffers of the stage's module as the first forward
+// left them. Under no-grad (evaluation) forward() runs the stages plainly.
+//
+// Input shape: with options.input_shape set (auto_checkpoint sets it to the
+// sample's shape), an input of another shape is an error naming both shapes
+// (ShapePolicy::kError, the default) or re-profiles and re-solves the budget
+// for the new shape (ShapePolicy::kReplan; plans are kept by shape). See
+// docs/planned_execution.md.
+//
+// Limits: parameters receive their gradients by accumulation inside the
+// backward, so torch::autograd::grad and backward(inputs=...) are refused;
+// backward may run once per forward (no retain_graph re-use).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include "remat/budget.h"
+#include "remat/planner/chain.h"
+#include "remat/planner/explain.h"
+#include "remat/planner/plan.h"
+#include "remat/planner/solvers.h"
+#include "remat/profile.h"
+#include "remat/stage.h"
+
+namespace remat {
+namespace detail {
+struct PlannedRun;
+}  // namespace detail
+
+/// What a planned chain does when the input shape differs from
+/// PlannedChainOptions::input_shape.
+enum class ShapePolicy {
+  kError,   ///< throw c10::Error naming both shapes (default)
+  kReplan,  ///< profile the new shape and solve the budget again
+};
+
+/// Options of PlannedChain (and PlannedSequential).
+struct PlannedChainOptions {
+  /// The input shape the plan was made for; empty: any shape is accepted.
+  /// Default: empty.
+  TORCH_ARG(std::vector<int64_t>, input_shape) = {};
+  /// What to do on another input shape (only when input_shape is set).
+  /// Default: ShapePolicy::kError.
+  TORCH_ARG(ShapePolicy, on_shape_change) = ShapePolicy::kError;
+  /// The budget re-solved under ShapePolicy::kReplan; required for kReplan.
+  /// Default: none.
+  TORCH_ARG(std::optional<Budget>, budget) = std::nullopt;
+  /// Profiling options used by ShapePolicy::kReplan. Default: {}.
+  TORCH_ARG(ProfileOptions, profile) = {};
+  /// Solver options used by ShapePolicy::kReplan. Default: {}.
+  TORCH_ARG(planner::SolverOptions, solver) = {};
+};
+
+/// A chain of stages executed according to a plan (see the top of this
+/// header). Registers the stages' distinct modules as its children
+/// ("stage0", "stage3", ...: the first stage that uses each), so parameters()
+/// and to() reach them. Not cloneable (stages are closures).
+///
+/// Example:
+// clang-format off
+///   auto chain = remat::profile_chain(stages, sample);
+///   remat::PlannedChain net(stages, remat::plan_within(chain, remat::Budget::parse("50%")));
+///   net->forward(x).sum().backward();    // gradients land in the modules' params
+// clang-format on
+///
+/// Throws c10::Error (constructor) if `stages` is empty or a stage has no
+/// forward, or the plan is not valid for stages.size() stages (the message
+/// carries planner::simulate()'s error), or on_shape_change is kReplan
+/// without a budget.
+class PlannedChainImpl : public torch::nn::Module {
+ public:
+  PlannedChainImpl(
+      std::vector<Stage> stages,
+      planner::Plan plan,
+      PlannedChainOptions options = {});
+
+  /// Runs the plan (training) or the stages plainly (no grad needed).
+  /// Throws c10::Error on an input shape other than options.input_shape
+  /// under ShapePolicy::kError.
+  torch::Tensor forward(const torch::Tensor& input);
+
+  /// "remat::PlannedChain(stages=4, ops=8, plan=R0 R1 R2 R3 B3 B2 B1 B0)".
+  void pretty_print(std::ostream& stream) const override;
+
+  /// The plan executed (replaced under ShapePolicy::kReplan).
+  const planner::Plan& plan() const;
+  /// Every plan made so far, keyed by input shape (as PlannedSequential's).
+  const std::map<std::vector<int64_t>, planner::Plan>& plans_by_shape() const;
+  /// The stages, in order.
+  const std::vector<Stage>& stages() const;
+  /// The options given at construction (input_shape follows re-plans).
+  PlannedChainOptions options;
+
+ private:
+  std::shared_ptr<detail::PlannedRun> run_;
+};
+TORCH_MODULE(PlannedChain);
+
+/// Options of auto_checkpoint().
+struct AutoCheckpointOptions {
+  /// Profiling options. Default: {}.
+  TORCH_ARG(ProfileOptions, profile) = {};
+  /// Options of planner::solve_optimal. Default: {}.
+  TORCH_ARG(planner::SolverOptions, solver) = {};
+  /// What the result does on another input shape. Default: kError.
+  TORCH_ARG(ShapePolicy, on_shape_change) = ShapePolicy::kError;
+};
+
+/// The optimal plan for `chain` within `budget`: planner::solve_optimal at
+/// budget.resolve_bytes(chain) bytes with `solver`'s options.
+///
+/// Throws c10::Error if that is below planner::min_feasible_budget_bytes of
+/// `chain`; the message states the minimum and the requested budget in bytes.
+///
+/// Example:
+// clang-format off
+///   auto chain = remat::profile_chain(model, sample);
+///   remat::PlannedSequential net(model, remat::plan_within(chain, Budget::parse("50%")));
+// clang-format on
+planner::Plan plan_within(
+    const planner::Chain& chain,
+    const Budget& budget,
+    const planner::SolverOptions& solver = {});
+
+/// Profiles `stages` on `sample`, then plan_within(chain, budget), and runs
+/// the stages under that plan: the fastest schedule the planner knows within
+/// the budget. The result expects inputs of sample's shape (see ShapePolicy).
+///
+/// Throws c10::Error if the budget is below planner::min_feasible_budget_bytes
+/// of the profiled chain (naming the minimum and the requested bytes), and as
+/// profile_chain and PlannedChain.
+///
+/// Example:
+// clang-format off
+///   auto net = remat::auto_checkpoint(stages, tokens, remat::Budget::parse("50%"));
+///   remat::models::gpt_loss(net->forward(tokens), targets).backward();
+// clang-format on
+PlannedChain auto_checkpoint(
+    std::vector<Stage> stages,
+    const torch::Tensor& sample,
+    Budget budget,
+    const AutoCheckpointOptions& options = {});
+
+/// The plan report; defined in the torch-free planner (remat/planner/explain.h)
+/// and usable as remat::explain(chain, plan).
+using planner::explain;
+
+}  // namespace remat

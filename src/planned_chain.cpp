@@ -1,0 +1,153 @@
+// planned_chain.cpp: PlannedChain, a chain of stages run by a plan, and what
+// it shares with PlannedSequential (planned_run.h).
+//
+// A planned chain validates its plan once (simulate() on a unit-cost chain of
+// the right length) and delegates execution to detail::run_plan (NOTE: [Plan
+// execution] in plan_executor.cpp). Input-shape policy: see
+// remat/planned_chain.h and docs/planned_execution.md.
+#include "remat/planned_chain.h"
+
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+
+#include "plan_executor.h"
+#include "planned_run.h"
+#include "remat/planner/simulate.h"
+
+namespace remat {
+namespace detail {
+namespace {
+
+std::string shape_string(c10::IntArrayRef shape) {
+  std::ostringstream out;
+  out << shape;
+  return out.str();
+}
+
+}  // namespace
+
+std::string plan_summary(const planner::Plan& plan) {
+  std::string text = plan.to_string();
+  constexpr size_t kMaxChars = 60;
+  if (text.size() > kMaxChars) {
+    text = text.substr(0, kMaxChars) + " ...";
+  }
+  return "ops=" + std::to_string(plan.ops.size()) + ", plan=" + text;
+}
+
+void check_planned_run(
+    const char* who, PlannedRun& run, const PlannedChainOptions& options) {
+  const int64_t stages = static_cast<int64_t>(run.stages->size());
+  const planner::Simulation simulation =
+      planner::simulate(unit_chain(stages), run.plan);
+  TORCH_CHECK(
+      simulation.valid,
+      who, ": expected a valid plan for the ", stages, " stages, got \"",
+      run.plan.to_string(), "\": ", simulation.error);
+  TORCH_CHECK(
+      options.on_shape_change() != ShapePolicy::kReplan ||
+          options.budget().has_value(),
+      who, ": expected options.budget to be set for ShapePolicy::kReplan, "
+      "got none");
+  if (!options.input_shape().empty()) {
+    run.plans_by_shape.emplace(options.input_shape(), run.plan);
+  }
+}
+
+torch::Tensor planned_forward(
+    const char* who,
+    PlannedRun& run,
+    PlannedChainOptions& options,
+    const std::vector<torch::Tensor>& parameters,
+    const torch::Tensor& input) {
+  TORCH_CHECK(
+      input.defined(), who, "::forward: expected a defined input tensor");
+  if (!options.input_shape().empty() &&
+      input.sizes() != c10::IntArrayRef(options.input_shape())) {
+    TORCH_CHECK(
+        options.on_shape_change() == ShapePolicy::kReplan,
+        who, "::forward: expected an input of shape ",
+        shape_string(options.input_shape()),
+        " (the shape the plan was made for), got ",
+        shape_string(input.sizes()),
+        "; re-plan with auto_checkpoint or profile_chain on the new shape, "
+        "or use ShapePolicy::kReplan");
+    std::vector<int64_t> shape = input.sizes().vec();
+    auto known = run.plans_by_shape.find(shape);
+    if (known == run.plans_by_shape.end()) {
+      planner::Chain chain = profile_chain(*run.stages, input, options.profile());
+      known = run.plans_by_shape
+                  .emplace(
+                      shape,
+                      plan_within(chain, *options.budget(), options.solver()))
+                  .first;
+    }
+    run.plan = known->second;
+    options.input_shape(std::move(shape));
+  }
+  bool needs_grad = input.requires_grad();
+  for (const auto& parameter : parameters) {
+    needs_grad |= parameter.requires_grad();
+  }
+  if (!c10::GradMode::is_enabled() || !needs_grad) {
+    return run_stages(*run.stages, input);
+  }
+  return run_plan(run.stages, run.plan, input);
+}
+
+}  // namespace detail
+
+// ---- PlannedChain ----------------------------------------------------------
+
+namespace {
+constexpr const char* kChain = "remat::PlannedChain";
+}  // namespace
+
+PlannedChainImpl::PlannedChainImpl(
+    std::vector<Stage> stages, planner::Plan plan, PlannedChainOptions options_)
+    : options(std::move(options_)) {
+  detail::check_stages(kChain, stages);
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const auto& module = stages[i].module;
+    bool seen = false;
+    for (size_t j = 0; j < i; ++j) {
+      seen |= stages[j].module == module;
+    }
+    if (module && !seen) {
+      register_module("stage" + std::to_string(i), module);
+    }
+  }
+  run_ = std::make_shared<detail::PlannedRun>();
+  run_->stages = std::make_shared<const std::vector<Stage>>(std::move(stages));
+  run_->plan = std::move(plan);
+  detail::check_planned_run(kChain, *run_, options);
+}
+
+torch::Tensor PlannedChainImpl::forward(const torch::Tensor& input) {
+  return detail::planned_forward(kChain, *run_, options, parameters(), input);
+}
+
+void PlannedChainImpl::pretty_print(std::ostream& stream) const {
+  stream << "remat::PlannedChain(stages=" << run_->stages->size() << ", "
+         << detail::plan_summary(run_->plan) << ")";
+}
+
+const planner::Plan& PlannedChainImpl::plan() const {
+  return run_->plan;
+}
+
+const std::map<std::vector<int64_t>, planner::Plan>&
+PlannedChainImpl::plans_by_shape() const {
+  return run_->plans_by_shape;
+}
+
+const std::vector<Stage>& PlannedChainImpl::stages() const {
+  return *run_->stages;
+}
+
+}  // namespace remat

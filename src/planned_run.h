@@ -1,0 +1,44 @@
+// planned_run.h (private): what PlannedChain and PlannedSequential share: the
+// plan check and the forward with its input-shape policy.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "remat/planned_chain.h"
+
+namespace remat::detail {
+
+/// A planned chain's state: its stages, the plan in use, the plans by shape.
+struct PlannedRun {
+  std::shared_ptr<const std::vector<Stage>> stages;
+  planner::Plan plan;
+  std::map<std::vector<int64_t>, planner::Plan> plans_by_shape;
+};
+
+/// "ops=8, plan=R0 R1 ..." (the plan's text cut at 60 characters).
+std::string plan_summary(const planner::Plan& plan);
+
+/// Throws c10::Error, naming `who`, unless `run.plan` is valid for the
+/// stages and a kReplan policy has a budget. Records the plan under
+/// options.input_shape when that is set.
+void check_planned_run(
+    const char* who, PlannedRun& run, const PlannedChainOptions& options);
+
+/// The forward of a planned chain: applies the shape policy (which may
+/// re-plan, updating `run` and options.input_shape), then runs the plan
+/// when training needs gradients (grad mode on and the input or one of
+/// `parameters` requiring grad), else the stages plainly.
+torch::Tensor planned_forward(
+    const char* who,
+    PlannedRun& run,
+    PlannedChainOptions& options,
+    const std::vector<torch::Tensor>& parameters,
+    const torch::Tensor& input);
+
+}  // namespace remat::detail

@@ -1,0 +1,250 @@
+// planned_chain_test.cpp: PlannedChain and auto_checkpoint over a
+// std::vector<Stage> against the stages run plainly.
+//
+// The chain: residual blocks that take a mask captured by their stage
+// (x + mask * fc2(dropout(relu(bn(fc1(x)))))), between a parameter-free
+// first stage and a head. Under auto_checkpoint at 50 % of the store-all peak
+// and at the minimum feasible budget: parameter and input gradients and the
+// BatchNorm buffers are bitwise those of the plain run (buffers updated once
+// per step), and the measured activation peak plus the input bytes is within
+// the budget, never above simulate()'s prediction, and within 10 % below it.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <models/models.h>
+#include <torch/torch.h>
+
+#include "plan_executor.h"
+#include "remat/remat.h"
+#include "test_util.h"
+
+namespace {
+
+using remat::testing::bitwise_equal;
+using remat::testing::expect_all_bitwise_equal;
+using remat::testing::grads_of;
+
+/// A residual block whose forward takes a mask besides its input.
+struct MaskedBlockImpl : torch::nn::Module {
+  explicit MaskedBlockImpl(int64_t width) {
+    fc1 = register_module("fc1", torch::nn::Linear(width, 2 * width));
+    bn = register_module("bn", torch::nn::BatchNorm1d(2 * width));
+    dropout = register_module("dropout", torch::nn::Dropout(0.2));
+    fc2 = register_module("fc2", torch::nn::Linear(2 * width, width));
+  }
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask) {
+    return x + mask * fc2(dropout(torch::relu(bn(fc1(x)))));
+  }
+  torch::nn::Linear fc1{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+  torch::nn::Linear fc2{nullptr};
+};
+TORCH_MODULE(MaskedBlock);
+
+/// The chain, its modules (in one ModuleList, for gradients and buffers) and
+/// an input.
+struct MaskedChain {
+  std::vector<remat::Stage> stages;
+  torch::nn::ModuleList modules;
+  torch::Tensor input;
+  std::vector<torch::Tensor> initial_buffers;
+
+  explicit MaskedChain(int64_t blocks = 8, int64_t width = 64, int64_t batch = 128) {
+    torch::manual_seed(3);
+    const torch::Tensor mask = (torch::rand({width}) > 0.25).to(torch::kFloat);
+    // A parameter-free stage (no module).
+    stages.push_back({[](const torch::Tensor& x) { return torch::tanh(x); }, nullptr});
+    for (int64_t i = 0; i < blocks; ++i) {
+      MaskedBlock block(width);
+      modules->push_back(block);
+      stages.push_back(
+          {[block, mask](const torch::Tensor& x) mutable { return block->forward(x, mask); },
+           block.ptr()});
+    }
+    torch::nn::Linear head(width, 8);
+    modules->push_back(head);
+    stages.push_back({[head](const torch::Tensor& x) mutable { return head(x); }, head.ptr()});
+    input = torch::randn({batch, width}, torch::requires_grad());
+    for (const auto& buffer : modules->buffers()) {
+      initial_buffers.push_back(buffer.clone());
+    }
+  }
+
+  struct Step {
+    std::vector<torch::Tensor> grads;
+    torch::Tensor input_grad;
+    std::vector<torch::Tensor> buffers;
+    int64_t activation_peak_bytes = 0;
+  };
+
+  /// One training step from the initial buffers, seed 99.
+  Step step(const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+    {
+      torch::NoGradGuard no_grad;
+      auto buffers = modules->buffers();
+      for (size_t i = 0; i < buffers.size(); ++i) {
+        buffers[i].copy_(initial_buffers[i]);
+      }
+      for (auto& parameter : modules->parameters()) {
+        parameter.mutable_grad() = torch::zeros_like(parameter);
+      }
+    }
+    torch::Tensor x = input.detach().requires_grad_(true);
+    torch::manual_seed(99);
+    Step result;
+    {
+      remat::MemoryMeter meter;
+      torch::Tensor loss = forward(x).sum();
+      loss.backward();
+      // The scalar loss and its seed gradient are outside the chain.
+      result.activation_peak_bytes =
+          meter.peak_delta_bytes() - 2 * static_cast<int64_t>(loss.nbytes());
+    }
+    result.grads = grads_of(*modules);
+    result.input_grad = x.grad();
+    for (const auto& buffer : modules->buffers()) {
+      result.buffers.push_back(buffer.clone());
+    }
+    return result;
+  }
+
+  torch::Tensor plain(const torch::Tensor& x) const {
+    torch::Tensor value = x;
+    for (const auto& stage : stages) {
+      value = stage.forward(value);
+    }
+    return value;
+  }
+};
+
+void expect_same_step(const MaskedChain::Step& expected, const MaskedChain::Step& actual) {
+  expect_all_bitwise_equal(expected.grads, actual.grads, "parameter grads");
+  EXPECT_TRUE(bitwise_equal(expected.input_grad, actual.input_grad)) << "input grad";
+  // The buffers moved once (as in one plain step), not once per recomputation.
+  expect_all_bitwise_equal(expected.buffers, actual.buffers, "BatchNorm buffers");
+}
+
+TEST(PlannedChain, AutoCheckpointOfMaskedBlocksMatchesThePlainRunWithinTheBudget) {
+  MaskedChain chain;
+  const MaskedChain::Step plain =
+      chain.step([&](const torch::Tensor& x) { return chain.plain(x); });
+  const remat::planner::Chain profiled = remat::profile_chain(
+      chain.stages, chain.input, remat::ProfileOptions().warmup(0).repeats(1));
+  ASSERT_EQ(profiled.size(), static_cast<int64_t>(chain.stages.size()));
+  const int64_t minimum = remat::planner::min_feasible_budget_bytes(profiled);
+  for (const remat::Budget& budget :
+       {remat::Budget::parse("50%"), remat::Budget::bytes(minimum)}) {
+    SCOPED_TRACE("budget " + budget.to_string());
+    remat::PlannedChain net = remat::auto_checkpoint(
+        chain.stages, chain.input, budget,
+        remat::AutoCheckpointOptions().profile(
+            remat::ProfileOptions().warmup(0).repeats(1)));
+    const MaskedChain::Step planned =
+        chain.step([&](const torch::Tensor& x) { return net->forward(x); });
+    expect_same_step(plain, planned);
+    // The plan of this run, predicted on the chain auto_checkpoint profiled
+    // (the same model and sample as `profiled`).
+    const auto simulation = remat::planner::simulate(profiled, net->plan());
+    ASSERT_TRUE(simulation.valid) << simulation.error;
+    const int64_t measured = planned.activation_peak_bytes + profiled.input_bytes();
+    EXPECT_LE(measured, budget.resolve_bytes(profiled));
+    EXPECT_LE(measured, simulation.peak_bytes);
+    EXPECT_GE(measured, static_cast<int64_t>(0.9 * simulation.peak_bytes))
+        << "measured " << measured << ", predicted " << simulation.peak_bytes;
+    EXPECT_NE(net->plan().to_string().find('C'), std::string::npos)
+        << "a budget under the store-all peak checkpoints: " << net->plan().to_string();
+  }
+}
+
+TEST(PlannedChain, RegistersEachModuleOnceAndEvaluatesPlainlyUnderNoGrad) {
+  MaskedChain chain(3);
+  // The first block used twice: registered once (under its first stage).
+  chain.stages.insert(chain.stages.end() - 1, {chain.stages[1].forward, chain.stages[1].module});
+  const auto profiled = remat::profile_chain(
+      chain.stages, chain.input, remat::ProfileOptions().warmup(0).repeats(1));
+  remat::PlannedChain net(chain.stages, remat::planner::solve_sqrt(profiled));
+  EXPECT_EQ(net->parameters().size(), chain.modules->parameters().size());
+  EXPECT_EQ(net->stages().size(), chain.stages.size());
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(1);
+  const torch::Tensor expected = chain.plain(chain.input);
+  torch::manual_seed(1);
+  EXPECT_TRUE(bitwise_equal(expected, net->forward(chain.input)));
+  std::ostringstream printed;
+  printed << *net;
+  EXPECT_NE(printed.str().find("remat::PlannedChain(stages=6"), std::string::npos)
+      << printed.str();
+}
+
+TEST(PlannedChain, GptStagesWithACapturedMaskMatchTheSequential) {
+  namespace models = remat::models;
+  const auto options = models::GptOptions()
+                           .vocab(32).seq_len(32).layers(3).hidden(32).heads(2)
+                           .dropout(0.1);
+  torch::manual_seed(8);
+  torch::nn::Sequential model = models::gpt(options);
+  model->train();
+  const auto tokens = torch::randint(32, {4, 32}, torch::kLong);
+  const auto targets = torch::randint(32, {4, 32}, torch::kLong);
+  auto step = [&](const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+    for (auto& parameter : model->parameters()) {
+      parameter.mutable_grad() = torch::zeros_like(parameter);
+    }
+    torch::manual_seed(21);
+    models::gpt_loss(forward(tokens), targets).backward();
+    return grads_of(*model);
+  };
+  const auto plain = step([&](const torch::Tensor& t) { return model->forward(t); });
+  const auto causal = torch::ones({32, 32}, torch::kBool).triu(1);
+  remat::PlannedChain net = remat::auto_checkpoint(
+      models::gpt_stages(model, causal), tokens, remat::Budget::parse("50%"),
+      remat::AutoCheckpointOptions().profile(
+          remat::ProfileOptions().warmup(0).repeats(1)));
+  EXPECT_EQ(net->stages().size(), model->size());
+  expect_all_bitwise_equal(
+      plain, step([&](const torch::Tensor& t) { return net->forward(t); }),
+      "GPT stages, causal mask");
+  // Another mask reaches every block: no masking changes the output.
+  const auto open = torch::zeros({32, 32}, torch::kBool);
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const auto masked = remat::detail::run_stages(models::gpt_stages(model, causal), tokens);
+  const auto unmasked = remat::detail::run_stages(models::gpt_stages(model, open), tokens);
+  EXPECT_FALSE(torch::equal(masked, unmasked));
+  EXPECT_THROW(
+      models::gpt_stages(model, torch::zeros({32, 32}))[1].forward(masked.new_zeros({4, 32, 32})),
+      c10::Error);
+}
+
+TEST(PlannedChain, RefusesEmptyChainsStagesWithoutForwardAndBadPlans) {
+  auto expect_error = [](const std::function<void()>& make, const std::string& message) {
+    try {
+      make();
+      ADD_FAILURE() << "expected an error containing: " << message;
+    } catch (const c10::Error& error) {
+      EXPECT_NE(std::string(error.what()).find(message), std::string::npos) << error.what();
+    }
+  };
+  const auto plan = remat::planner::plan_from_string("R0 B0");
+  expect_error(
+      [&] { remat::PlannedChain net(std::vector<remat::Stage>{}, plan); },
+      "remat::PlannedChain: expected at least one stage, got none");
+  expect_error(
+      [&] { remat::PlannedChain net(std::vector<remat::Stage>(1), plan); },
+      "expected every stage to have a forward, stage 0 has none");
+  MaskedChain chain(1);
+  expect_error(
+      [&] { remat::PlannedChain net(chain.stages, plan); },
+      "remat::PlannedChain: expected a valid plan for the 3 stages");
+  expect_error(
+      [&] { remat::profile_chain(std::vector<remat::Stage>{}, chain.input); },
+      "remat::profile_chain: expected at least one stage, got none");
+}
+
+}  // namespace
