@@ -42,69 +42,12 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/modules/container/any.h>
 
+#include "model_state.h"
 #include "plan_executor.h"
 #include "remat/memory_meter.h"
 
 namespace remat {
 namespace {
-
-/// Restores buffers, parameter gradients and RNG state on destruction.
-class ProfileStateGuard {
- public:
-  ProfileStateGuard(
-      const std::vector<std::shared_ptr<torch::nn::Module>>& modules,
-      c10::Device device) {
-    c10::NoGradGuard no_grad;
-    for (const auto& module : modules) {
-      for (auto& buffer : module->buffers(/*recurse=*/true)) {
-        buffers_.emplace_back(buffer, buffer.clone());
-      }
-      for (auto& parameter : module->parameters(/*recurse=*/true)) {
-        grads_.emplace_back(parameter, parameter.grad());
-        if (parameter.requires_grad()) {
-          parameter.mutable_grad() = torch::zeros_like(parameter);
-        }
-      }
-    }
-    std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
-    if (device.is_cuda()) {
-      devices.push_back(device);
-    }
-    for (const auto& each : devices) {
-      at::Generator generator = at::globalContext().defaultGenerator(each);
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      rng_.emplace_back(generator, generator.get_state());
-    }
-  }
-  ~ProfileStateGuard() {
-    c10::NoGradGuard no_grad;
-    for (auto& [buffer, backup] : buffers_) {
-      buffer.variable_data().copy_(backup);
-    }
-    for (auto& [parameter, grad] : grads_) {
-      parameter.mutable_grad() = grad;
-    }
-    for (auto& [generator, state] : rng_) {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(state);
-    }
-  }
-  ProfileStateGuard(const ProfileStateGuard&) = delete;
-  ProfileStateGuard& operator=(const ProfileStateGuard&) = delete;
-
- private:
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers_;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> grads_;
-  std::vector<std::pair<at::Generator, at::Tensor>> rng_;
-};
-
-void synchronize(c10::Device device) {
-  if (device.is_cuda()) {
-    // Elapsed times on CUDA need the queued kernels to finish; an empty
-    // device-to-host copy of a scalar is the portable way to wait.
-    torch::zeros({1}, torch::TensorOptions().device(device)).cpu();
-  }
-}
 
 /// The bytes of `module`'s buffers (0 for none).
 int64_t buffer_bytes(const std::shared_ptr<torch::nn::Module>& module) {
@@ -117,11 +60,6 @@ int64_t buffer_bytes(const std::shared_ptr<torch::nn::Module>& module) {
   return bytes;
 }
 
-double elapsed_ms(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now() - start)
-      .count();
-}
 
 }  // namespace
 
@@ -153,7 +91,7 @@ planner::Chain profile_chain(
       options.repeats());
 
   const c10::Device device = sample.device();
-  ProfileStateGuard state_guard(detail::modules_of(model), device);
+  detail::ModelStateGuard state_guard(detail::modules_of(model), device);
   MemoryMeter meter(device);
   const int64_t rounds = options.warmup() + options.repeats();
 
@@ -173,7 +111,7 @@ planner::Chain profile_chain(
     for (int64_t round = 0; round < rounds; ++round) {
       const bool timed = round >= options.warmup();
       {  // 1. forward with nothing recorded
-        synchronize(device);
+        detail::synchronize(device);
         meter.reset();
         const auto start = std::chrono::steady_clock::now();
         torch::Tensor output;
@@ -181,9 +119,9 @@ planner::Chain profile_chain(
           c10::NoGradGuard no_grad;
           output = stage.forward(input);
         }
-        synchronize(device);
+        detail::synchronize(device);
         if (timed) {
-          forward_times.push_back(elapsed_ms(start));
+          forward_times.push_back(detail::elapsed_ms(start));
         }
         cost.output_bytes = static_cast<int64_t>(output.nbytes());
         cost.forward_tmp_bytes = std::max<int64_t>(
@@ -206,16 +144,16 @@ planner::Chain profile_chain(
             record_tmp_bytes, meter.peak_delta_bytes() - saved_bytes);
 
         torch::Tensor grad_output = torch::ones_like(output);
-        synchronize(device);
+        detail::synchronize(device);
         meter.reset();
         const auto start = std::chrono::steady_clock::now();
         if (output.requires_grad()) {
           // As the executor: output and gradient are handed to autograd.
           detail::run_stage_backward(std::move(output), std::move(grad_output));
         }
-        synchronize(device);
+        detail::synchronize(device);
         if (timed) {
-          backward_times.push_back(elapsed_ms(start));
+          backward_times.push_back(detail::elapsed_ms(start));
         }
         backward_tmp_bytes = std::max<int64_t>(
             backward_tmp_bytes, meter.peak_delta_bytes() - input_value_bytes);

@@ -29,7 +29,7 @@ void append_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
   if (value.isTensor()) {
     out.push_back(value.toTensor());
   } else if (value.isTensorList()) {
-    for (const at::Tensor& tensor : value.toTensorList()) {
+    for (const at::Tensor& tensor : value.toTensorVector()) {
       out.push_back(tensor);
     }
   } else if (value.isList()) {
@@ -71,7 +71,7 @@ bool keepable(
         return false;
       }
     } else if (value.isTensorList()) {
-      for (const at::Tensor& tensor : value.toTensorList()) {
+      for (const at::Tensor& tensor : value.toTensorVector()) {
         if (!tensor.defined()) {
           return false;
         }
@@ -160,7 +160,7 @@ c10::IValue replayed(const c10::IValue& value) {
     return replayed(value.toTensor());
   }
   c10::List<at::Tensor> list;
-  for (const at::Tensor& tensor : value.toTensorList()) {
+  for (const at::Tensor& tensor : value.toTensorVector()) {
     list.push_back(replayed(tensor));
   }
   return list;

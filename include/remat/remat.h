@@ -10,12 +10,14 @@
 // remat/stage.h               Stage (one block of any chain), stages_of
 // remat/planned_chain.h       PlannedChain, auto_checkpoint, plan_within
 // remat/planned_sequential.h  PlannedSequential, auto_checkpoint
+// remat/fit.h                 fit_batch (the largest batch under a memory cap)
 // remat/planner.h             the torch-free planner (remat::planner)
 #pragma once
 
 #include "remat/budget.h"
 #include "remat/checkpoint.h"
 #include "remat/compress.h"
+#include "remat/fit.h"
 #include "remat/memory_meter.h"
 #include "remat/offload.h"
 #include "remat/planned_chain.h"

@@ -29,7 +29,8 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
   CLI::App app(
       "remat: activation checkpointing and memory planning for LibTorch.\n"
       "Train a model under an activation-memory budget, profile it into a "
-      "chain, plan and explain checkpoint schedules, benchmark strategies.",
+      "chain, plan and explain checkpoint schedules, benchmark strategies, find "
+      "the largest batch under a memory cap.",
       "remat");
   app.set_version_flag("--version", "remat 0.1.0");
   app.footer(kFooter);
@@ -40,11 +41,13 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
   PlanOptions plan;
   ExplainOptions explain;
   BenchOptions bench;
+  FitCommandOptions fit;
   CLI::App* train_command = add_train_command(app, train);
   CLI::App* profile_command = add_profile_command(app, profile);
   CLI::App* plan_command = add_plan_command(app, plan);
   CLI::App* explain_command = add_explain_command(app, explain);
   CLI::App* bench_command = add_bench_command(app, bench);
+  CLI::App* fit_command = add_fit_command(app, fit);
   for (CLI::App* command : app.get_subcommands({})) {
     command->footer(kFooter);
   }
@@ -87,6 +90,8 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
       run_explain(explain, io);
     } else if (chosen == bench_command) {
       run_bench(bench, io);
+    } else if (chosen == fit_command) {
+      run_fit(fit, io);
     }
     return kExitOk;
   } catch (const InfeasibleBudgetError& error) {

@@ -77,6 +77,20 @@ struct ProfileCommandOptions {
 CLI::App* add_profile_command(CLI::App& app, ProfileCommandOptions& options);
 void run_profile(const ProfileCommandOptions& options, const CommandIo& io);
 
+// ---- remat fit
+struct FitCommandOptions {
+  ModelFlags model;
+  /// The cap, a number of bytes ("64MiB").
+  std::string cap;
+  int64_t probe_batch = 4;
+  int64_t max_batch = 4096;
+  double max_time_ratio = 0;
+  uint64_t seed = 0;
+  int64_t threads = 2;
+};
+CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options);
+void run_fit(const FitCommandOptions& options, const CommandIo& io);
+
 // ---- remat plan
 struct PlanOptions {
   std::string chain_path;

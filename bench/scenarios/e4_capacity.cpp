@@ -1,0 +1,194 @@
+// e4_capacity.cpp — scenario E4: the largest batch under a fixed memory cap.
+//
+// Model: a residual FFN stack (models::residual_ffn_stack; defaults 16
+// blocks, width 128, inner width 512, dropout 0.1; cap 32 MiB). remat::fit_batch finds,
+// for no checkpointing, the fastest checkpoint_sequential(k) and the optimal
+// plan, the largest batch whose training step stays under --cap (activations
+// plus input, the planner's units); each answer is confirmed by one measured
+// step there (its peak and time are what the table shows). Time per sample =
+// that step's time / batch; ratios against no checkpointing.
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness/scenario.h"
+#include "harness/statistics.h"
+#include "harness/timer.h"
+#include "models/models.h"
+#include "remat/remat.h"
+
+namespace remat::bench {
+namespace {
+
+struct E4Options {
+  int64_t blocks = 16;
+  int64_t dim = 128;
+  int64_t hidden = 512;
+  double dropout = 0.1;
+  std::string cap = "32MiB";
+  int64_t max_batch = 4096;
+  std::vector<double> time_ratios{0, 1.3};  // FitOptions::max_time_ratio
+};
+
+Section run_e4(const E4Options& options, const Context& context) {
+  const bool quick = context.quick;
+  const auto model_options = models::ResidualFfnStackOptions()
+                                 .blocks(quick ? 6 : options.blocks)
+                                 .dim(quick ? 32 : options.dim)
+                                 .hidden(quick ? 64 : options.hidden)
+                                 .dropout(options.dropout);
+  const Budget cap = Budget::parse(quick ? "2MiB" : options.cap);
+  TORCH_CHECK(
+      cap.kind() == Budget::Kind::kBytes,
+      "E4: expected --cap in bytes, got ", options.cap);
+  torch::manual_seed(5);
+  torch::nn::Sequential model = models::residual_ffn_stack(model_options);
+  const torch::Device device = context.torch_device();
+  model->to(device);
+  model->train();
+  const int64_t dim = model_options.dim();
+  const auto stages = stages_of(model);
+  auto make_input = [dim, device](int64_t batch) {
+    return torch::randn({batch, dim}, torch::TensorOptions().device(device));
+  };
+  const auto sync = [&] {
+    if (device.is_cuda()) {
+      torch::cuda::synchronize(device.has_index() ? device.index() : -1);
+    }
+  };
+  // The step time of an answer: median of the timed rounds of its plan at its
+  // batch, after the warm-up rounds (one step is too noisy per sample).
+  auto time_answer = [&](const FitAnswer& answer) {
+    std::vector<double> times;
+    PlannedChain net(stages, answer.plan);
+    const torch::Tensor input = make_input(answer.batch);
+    for (int round = 0; round < context.warmup + context.rounds; ++round) {
+      model->zero_grad();
+      sync();
+      Timer timer;
+      net->forward(input).sum().backward();
+      sync();
+      if (round >= context.warmup) {
+        times.push_back(timer.elapsed_ms());
+      }
+    }
+    return summarize(times);
+  };
+
+  Table table;
+  table.name = "capacity";
+  table.columns = {"strategy", "time limit", "batch", "batch ratio",
+                   "measured peak", "predicted peak", "step ms", "spread ms",
+                   "ms per sample", "time per sample ratio"};
+  double none_per_sample = 0;
+  int64_t none_batch = 0;
+  for (const double ratio : options.time_ratios) {
+    const auto answers = fit_batch(
+        make_input, stages, cap.budget_bytes(),
+        FitOptions().probe_batch(8).max_batch(options.max_batch).max_time_ratio(ratio));
+    for (const FitAnswer& answer : answers) {
+      if (answer.strategy == "none" && none_batch > 0) {
+        continue;  // the same in every run
+      }
+      std::string name = answer.strategy;
+      if (answer.segments > 0) {
+        name += "(" + std::to_string(answer.segments) + ")";
+      }
+      std::ostringstream limit;
+      limit << (ratio > 0 && answer.strategy != "none" ? "≤ " : "");
+      if (ratio > 0 && answer.strategy != "none") {
+        limit << ratio << "× predicted per sample";
+      } else {
+        limit << "none";
+      }
+      std::vector<Cell> row{Cell::text(name), Cell::text(limit.str()),
+                            Cell::integer(answer.batch)};
+      if (answer.batch == 0) {
+        while (row.size() < table.columns.size()) {
+          row.push_back(Cell::empty());
+        }
+        table.add_row(std::move(row));
+        continue;
+      }
+      const Summary step = time_answer(answer);
+      const double per_sample = step.median / static_cast<double>(answer.batch);
+      if (answer.strategy == "none") {
+        none_batch = answer.batch;
+        none_per_sample = per_sample;
+      }
+      const bool relative = none_batch > 0;
+      row.push_back(relative ? Cell::ratio(static_cast<double>(answer.batch) /
+                                           static_cast<double>(none_batch))
+                             : Cell::empty());
+      row.push_back(Cell::bytes(answer.measured_peak_bytes));
+      row.push_back(Cell::bytes(answer.predicted_peak_bytes));
+      row.push_back(Cell::ms(step.median));
+      row.push_back(Cell::ms(step.spread()));
+      row.push_back(Cell::number(per_sample, 4));
+      row.push_back(relative ? Cell::ratio(per_sample / none_per_sample)
+                             : Cell::empty());
+      table.add_row(std::move(row));
+    }
+  }
+
+  Section section;
+  section.title = "E4 — capacity under a fixed cap";
+  std::ostringstream about;
+  about << "Model: residual FFN stack, " << model_options.blocks()
+        << " blocks x + fc2(dropout(gelu(fc1(norm(x))))), width "
+        << model_options.dim() << ", inner width " << model_options.hidden()
+        << ", dropout " << model_options.dropout() << ", fp32. Cap "
+        << cap.to_string()
+        << " (activations plus the input, the planner's units). "
+           "`remat::fit_batch`: the chain profiled at batch 8 and 16, every "
+           "stage cost modelled as affine in the batch, the largest batch "
+           "each strategy fits on that model (up to "
+        << options.max_batch
+        << "), checked by a profile at the answer and confirmed by one "
+           "measured training step there (a step over the cap moves the "
+           "answer down): the peaks shown are that step's. Step time: "
+           "median of the timed rounds of the answer's plan at its batch, "
+           "after the warm-up rounds (forward, sum, backward). "
+           "`checkpoint_sequential(k)`: the fastest k that fits. Time "
+           "limit: `FitOptions::max_time_ratio`, the largest batch whose "
+           "predicted time per sample is at most that multiple of no "
+           "checkpointing's (none: the largest batch that fits at any "
+           "cost). Ratios against no checkpointing.";
+  section.add_text(about.str());
+  section.add_table(std::move(table));
+  return section;
+}
+
+}  // namespace
+
+const bool kE4Registered = register_scenario(
+    {"E4",
+     "the largest batch under a fixed cap: none, checkpoint_sequential, optimal",
+     40,
+     [](CLI::App& command) -> ScenarioRun {
+       auto options = std::make_shared<E4Options>();
+       command.add_option("--blocks", options->blocks, "Residual FFN blocks")
+           ->capture_default_str();
+       command.add_option("--dim", options->dim, "Model width")
+           ->capture_default_str();
+       command.add_option("--hidden", options->hidden, "Inner width")
+           ->capture_default_str();
+       command.add_option("--dropout", options->dropout, "Dropout probability")
+           ->capture_default_str();
+       command.add_option("--cap", options->cap, "Memory cap in bytes")
+           ->capture_default_str();
+       command.add_option("--max-batch", options->max_batch, "Largest batch")
+           ->capture_default_str();
+       command
+           .add_option(
+               "--time-ratios", options->time_ratios,
+               "FitOptions::max_time_ratio of each run (0: no limit)")
+           ->capture_default_str()
+           ->delimiter(',');
+       return [options](const Context& context) {
+         return run_e4(*options, context);
+       };
+     }});
+
+}  // namespace remat::bench

@@ -1,0 +1,89 @@
+// model_state.h (private): running a model to measure it without leaving a
+// trace (profile_chain, fit_batch).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include <ATen/Context.h>
+#include <c10/core/GradMode.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+namespace remat::detail {
+
+/// Runs a model without leaving a trace: saves the buffers and parameter
+/// gradients of `modules` and the RNG state of the CPU (and of `device` if it
+/// is CUDA), sets every gradient of a parameter that requires grad to zeros
+/// (allocated, as after a first training step), and restores all of it on
+/// destruction.
+class ModelStateGuard {
+ public:
+  ModelStateGuard(
+      const std::vector<std::shared_ptr<torch::nn::Module>>& modules,
+      c10::Device device) {
+    c10::NoGradGuard no_grad;
+    for (const auto& module : modules) {
+      for (auto& buffer : module->buffers(/*recurse=*/true)) {
+        buffers_.emplace_back(buffer, buffer.clone());
+      }
+      for (auto& parameter : module->parameters(/*recurse=*/true)) {
+        grads_.emplace_back(parameter, parameter.grad());
+        if (parameter.requires_grad()) {
+          parameter.mutable_grad() = torch::zeros_like(parameter);
+        }
+      }
+    }
+    std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
+    if (device.is_cuda()) {
+      devices.push_back(device);
+    }
+    for (const auto& each : devices) {
+      at::Generator generator = at::globalContext().defaultGenerator(each);
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      rng_.emplace_back(generator, generator.get_state());
+    }
+  }
+  ~ModelStateGuard() {
+    c10::NoGradGuard no_grad;
+    for (auto& [buffer, backup] : buffers_) {
+      buffer.variable_data().copy_(backup);
+    }
+    for (auto& [parameter, grad] : grads_) {
+      parameter.mutable_grad() = grad;
+    }
+    for (auto& [generator, state] : rng_) {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(state);
+    }
+  }
+  ModelStateGuard(const ModelStateGuard&) = delete;
+  ModelStateGuard& operator=(const ModelStateGuard&) = delete;
+
+ private:
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers_;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> grads_;
+  std::vector<std::pair<at::Generator, at::Tensor>> rng_;
+};
+
+/// Waits for the kernels queued on `device` (nothing on the CPU), so that
+/// elapsed times include them.
+inline void synchronize(c10::Device device) {
+  if (device.is_cuda()) {
+    // Elapsed times on CUDA need the queued kernels to finish; an empty
+    // device-to-host copy of a scalar is the portable way to wait.
+    torch::zeros({1}, torch::TensorOptions().device(device)).cpu();
+  }
+}
+
+/// Milliseconds since `start`.
+inline double elapsed_ms(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace remat::detail
