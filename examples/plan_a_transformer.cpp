@@ -21,12 +21,14 @@
 
 namespace {
 
-constexpr int64_t kVocab = 64, kSeq = 128, kWidth = 128, kHeads = 4, kLayers = 6;
+constexpr int64_t kVocab = 64, kSeq = 128, kWidth = 128, kHeads = 4,
+                  kLayers = 6;
 
 struct EmbedImpl : torch::nn::Module {
   EmbedImpl()
       : token(register_module("token", torch::nn::Embedding(kVocab, kWidth))),
-        position(register_module("position", torch::nn::Embedding(kSeq, kWidth))) {}
+        position(
+            register_module("position", torch::nn::Embedding(kSeq, kWidth))) {}
   torch::Tensor forward(const torch::Tensor& tokens) {
     return token(tokens) + position(torch::arange(tokens.size(1)));
   }
@@ -37,20 +39,28 @@ TORCH_MODULE(Embed);
 /// Pre-norm block; `mask` is true where a position may not attend.
 struct BlockImpl : torch::nn::Module {
   BlockImpl()
-      : norm1(register_module("norm1", torch::nn::LayerNorm(std::vector<int64_t>{kWidth}))),
+      : norm1(register_module(
+            "norm1", torch::nn::LayerNorm(std::vector<int64_t>{kWidth}))),
         qkv(register_module("qkv", torch::nn::Linear(kWidth, 3 * kWidth))),
         out(register_module("out", torch::nn::Linear(kWidth, kWidth))),
-        norm2(register_module("norm2", torch::nn::LayerNorm(std::vector<int64_t>{kWidth}))),
+        norm2(register_module(
+            "norm2", torch::nn::LayerNorm(std::vector<int64_t>{kWidth}))),
         up(register_module("up", torch::nn::Linear(kWidth, 4 * kWidth))),
         down(register_module("down", torch::nn::Linear(4 * kWidth, kWidth))),
         dropout(register_module("dropout", torch::nn::Dropout(0.1))) {}
 
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask) {
     const int64_t batch = x.size(0), seq = x.size(1), head = kWidth / kHeads;
-    auto parts = qkv(norm1(x)).view({batch, seq, 3, kHeads, head}).permute({2, 0, 3, 1, 4});
-    auto scores = torch::matmul(parts[0], parts[1].transpose(-2, -1)) / std::sqrt(double(head));
-    auto weights = dropout(torch::softmax(scores.masked_fill(mask, -INFINITY), -1));
-    auto context = torch::matmul(weights, parts[2]).transpose(1, 2).reshape({batch, seq, kWidth});
+    auto parts = qkv(norm1(x))
+                     .view({batch, seq, 3, kHeads, head})
+                     .permute({2, 0, 3, 1, 4});
+    auto scores = torch::matmul(parts[0], parts[1].transpose(-2, -1)) /
+                  std::sqrt(double(head));
+    auto weights =
+        dropout(torch::softmax(scores.masked_fill(mask, -INFINITY), -1));
+    auto context = torch::matmul(weights, parts[2])
+                       .transpose(1, 2)
+                       .reshape({batch, seq, kWidth});
     auto h = x + out(context);
     return h + dropout(down(torch::gelu(up(norm2(h)))));
   }
@@ -80,35 +90,45 @@ int main(int argc, char** argv) {
 
   // The model as a chain of stages.
   std::vector<remat::Stage> stages;
-  stages.push_back({[embed](const torch::Tensor& t) mutable { return embed->forward(t); }, embed.ptr()});
+  stages.push_back(
+      {[embed](const torch::Tensor& t) mutable { return embed->forward(t); },
+       embed.ptr()});
   for (Block block : blocks) {  // a copy of the holder: the same module
     stages.push_back(
-        {[block, causal](const torch::Tensor& x) mutable { return block->forward(x, causal); },
+        {[block, causal](const torch::Tensor& x) mutable {
+           return block->forward(x, causal);
+         },
          block.ptr()});
   }
-  stages.push_back({[head](const torch::Tensor& x) mutable { return head(x); }, head.ptr()});
+  stages.push_back(
+      {[head](const torch::Tensor& x) mutable { return head(x); }, head.ptr()});
 
   const torch::Tensor tokens = torch::randint(kVocab, {8, kSeq});
-  const torch::Tensor targets = torch::roll(tokens, -1, 1);  // predict the next token
+  const torch::Tensor targets =
+      torch::roll(tokens, -1, 1);  // predict the next token
 
   // Profile, then the fastest plan within half of the store-everything peak.
   const remat::planner::Chain chain = remat::profile_chain(stages, tokens);
-  remat::PlannedChain net = remat::auto_checkpoint(stages, tokens, remat::Budget::parse("50%"));
+  remat::PlannedChain net =
+      remat::auto_checkpoint(stages, tokens, remat::Budget::parse("50%"));
   std::cout << remat::explain(chain, net->plan()) << "\n";
 
-  torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(3e-3));
+  torch::optim::Adam optimizer(
+      net->parameters(), torch::optim::AdamOptions(3e-3));
   for (int step = 1; step <= steps; ++step) {
     remat::MemoryMeter meter;
     optimizer.zero_grad();
     auto logits = net->forward(tokens);
     auto loss = torch::nn::functional::cross_entropy(
         logits.reshape({-1, kVocab}), targets.reshape({-1}));
-    logits = torch::Tensor();  // the logits are the chain output: let backward free them
+    logits = torch::Tensor();  // the logits are the chain output: let backward
+                               // free them
     loss.backward();
     optimizer.step();
     if (step == 1 || step % 5 == 0 || step == steps) {
-      std::cout << "step " << step << "  loss " << loss.item<double>() << "  activation peak "
-                << meter.peak_delta_bytes() / (1 << 20) << " MiB\n";
+      std::cout << "step " << step << "  loss " << loss.item<double>()
+                << "  activation peak " << meter.peak_delta_bytes() / (1 << 20)
+                << " MiB\n";
     }
   }
   return 0;

@@ -198,7 +198,8 @@ void CausalSelfAttentionImpl::pretty_print(std::ostream& stream) const {
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
-  return forward_masked(input, core->mask_for(input.dim() == 3 ? input.size(1) : 0));
+  return forward_masked(
+      input, core->mask_for(input.dim() == 3 ? input.size(1) : 0));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward_masked(
@@ -247,7 +248,8 @@ torch::Tensor TransformerBlockImpl::forward_masked(
     const torch::Tensor& input, const torch::Tensor& mask) {
   attention->checkpoint_core = recompute == GptRecompute::kAttention;
   auto body = [this, mask](const torch::Tensor& block_input) {
-    auto x = block_input + attention->forward_masked(ln1->forward(block_input), mask);
+    auto x = block_input +
+             attention->forward_masked(ln1->forward(block_input), mask);
     auto mlp = project(fc2, gelu->forward(project(fc1, ln2->forward(x))));
     return x + dropout->forward(mlp);
   };
@@ -311,12 +313,17 @@ std::vector<remat::Stage> gpt_stages(
     std::shared_ptr<torch::nn::Module> child = model->ptr(i);
     if (auto block = std::dynamic_pointer_cast<TransformerBlockImpl>(child)) {
       stages.push_back(
-          {[block, mask](const torch::Tensor& x) { return block->forward_masked(x, mask); },
+          {[block, mask](const torch::Tensor& x) {
+             return block->forward_masked(x, mask);
+           },
            block});
-    } else if (auto embedding =
-                   std::dynamic_pointer_cast<TokenPositionEmbeddingImpl>(child)) {
+    } else if (
+        auto embedding =
+            std::dynamic_pointer_cast<TokenPositionEmbeddingImpl>(child)) {
       stages.push_back(
-          {[embedding](const torch::Tensor& t) { return embedding->forward(t); },
+          {[embedding](const torch::Tensor& t) {
+             return embedding->forward(t);
+           },
            embedding});
     } else if (auto head = std::dynamic_pointer_cast<LmHeadImpl>(child)) {
       stages.push_back(

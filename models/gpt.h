@@ -90,7 +90,8 @@ class AttentionCoreImpl : public torch::nn::Cloneable<AttentionCoreImpl> {
   torch::Tensor forward(const torch::Tensor& qkv);
   /// With `mask`, bool [seq, seq], true where a query may not attend a key.
   /// Throws c10::Error naming the mask's type and shape otherwise.
-  torch::Tensor forward_masked(const torch::Tensor& qkv, const torch::Tensor& mask);
+  torch::Tensor forward_masked(
+      const torch::Tensor& qkv, const torch::Tensor& mask);
   /// The causal mask of `seq` positions (a view of causal_mask). Throws
   /// c10::Error unless 0 <= seq <= seq_len.
   torch::Tensor mask_for(int64_t seq) const;
@@ -112,7 +113,8 @@ class CausalSelfAttentionImpl
   /// With the causal mask.
   torch::Tensor forward(const torch::Tensor& input);
   /// With `mask` (see AttentionCore).
-  torch::Tensor forward_masked(const torch::Tensor& input, const torch::Tensor& mask);
+  torch::Tensor forward_masked(
+      const torch::Tensor& input, const torch::Tensor& mask);
 
   GptOptions options;
   /// Checkpoint the core (GptRecompute::kAttention). Default: false.
@@ -138,7 +140,8 @@ class TransformerBlockImpl : public torch::nn::Cloneable<TransformerBlockImpl> {
   /// With `mask` (see AttentionCore): a block as a planned chain's stage
   /// closes over it (gpt_stages()). (Not an overload of forward: a module
   /// stored in a Sequential has one forward.)
-  torch::Tensor forward_masked(const torch::Tensor& input, const torch::Tensor& mask);
+  torch::Tensor forward_masked(
+      const torch::Tensor& input, const torch::Tensor& mask);
 
   GptOptions options;
   /// Default: GptRecompute::kNone.

@@ -59,7 +59,9 @@ PlannedSequential auto_checkpoint(
   planner::Chain chain = profile_chain(model, sample, options.profile());
   planner::Plan plan = plan_within(chain, budget, options.solver());
   return PlannedSequential(
-      std::move(model), std::move(plan), planned_options(sample, budget, options));
+      std::move(model),
+      std::move(plan),
+      planned_options(sample, budget, options));
 }
 
 PlannedChain auto_checkpoint(
@@ -70,7 +72,9 @@ PlannedChain auto_checkpoint(
   planner::Chain chain = profile_chain(stages, sample, options.profile());
   planner::Plan plan = plan_within(chain, budget, options.solver());
   return PlannedChain(
-      std::move(stages), std::move(plan), planned_options(sample, budget, options));
+      std::move(stages),
+      std::move(plan),
+      planned_options(sample, budget, options));
 }
 
 }  // namespace remat

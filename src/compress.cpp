@@ -81,7 +81,7 @@ CompressActivations::CompressActivations(CompressOptions options) {
           return std::make_shared<const Packed>(pack(t, options));
         };
         return compressible(tensor, options) ? cache->find_or_make(tensor, make)
-                                              : make(tensor);
+                                             : make(tensor);
       },
       [](const std::any& stored) {
         return unpack(

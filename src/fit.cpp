@@ -45,15 +45,23 @@ double along(double a, double b, int64_t b1, int64_t b2, int64_t batch) {
 }
 
 int64_t along_bytes(
-    int64_t a, int64_t b, int64_t b1, int64_t b2, int64_t batch, int64_t floor) {
-  const double value = along(
-      static_cast<double>(a), static_cast<double>(b), b1, b2, batch);
+    int64_t a,
+    int64_t b,
+    int64_t b1,
+    int64_t b2,
+    int64_t batch,
+    int64_t floor) {
+  const double value =
+      along(static_cast<double>(a), static_cast<double>(b), b1, b2, batch);
   return std::max<int64_t>(floor, static_cast<int64_t>(std::ceil(value)));
 }
 
 /// The chain at `batch` on the affine model through (b1, c1) and (b2, c2).
 planner::Chain modelled_chain(
-    const planner::Chain& c1, int64_t b1, const planner::Chain& c2, int64_t b2,
+    const planner::Chain& c1,
+    int64_t b1,
+    const planner::Chain& c2,
+    int64_t b2,
     int64_t batch) {
   std::vector<planner::StageCost> stages;
   int64_t input_bytes =
@@ -63,17 +71,25 @@ planner::Chain modelled_chain(
     const planner::StageCost& x = c1.stage(i);
     const planner::StageCost& y = c2.stage(i);
     planner::StageCost cost;
-    cost.forward_ms = std::max(0.0, along(x.forward_ms, y.forward_ms, b1, b2, batch));
+    cost.forward_ms =
+        std::max(0.0, along(x.forward_ms, y.forward_ms, b1, b2, batch));
     cost.backward_ms =
         std::max(0.0, along(x.backward_ms, y.backward_ms, b1, b2, batch));
-    cost.output_bytes = along_bytes(x.output_bytes, y.output_bytes, b1, b2, batch, 0);
-    cost.saved_bytes = along_bytes(x.saved_bytes, y.saved_bytes, b1, b2, batch, 0);
+    cost.output_bytes =
+        along_bytes(x.output_bytes, y.output_bytes, b1, b2, batch, 0);
+    cost.saved_bytes =
+        along_bytes(x.saved_bytes, y.saved_bytes, b1, b2, batch, 0);
     cost.forward_tmp_bytes =
         along_bytes(x.forward_tmp_bytes, y.forward_tmp_bytes, b1, b2, batch, 0);
     cost.record_tmp_bytes = along_bytes(
         x.record_transient(), y.record_transient(), b1, b2, batch, 0);
     cost.backward_tmp_bytes = along_bytes(
-        x.backward_tmp_bytes, y.backward_tmp_bytes, b1, b2, batch, -value_bytes);
+        x.backward_tmp_bytes,
+        y.backward_tmp_bytes,
+        b1,
+        b2,
+        batch,
+        -value_bytes);
     value_bytes = cost.output_bytes;
     stages.push_back(cost);
   }
@@ -96,17 +112,22 @@ struct Limits {
 };
 
 std::optional<Choice> choose(
-    const std::string& strategy, const planner::Chain& chain, int64_t batch,
+    const std::string& strategy,
+    const planner::Chain& chain,
+    int64_t batch,
     const Limits& limits) {
   const int64_t cap = limits.cap_bytes;
-  auto fits = [&](planner::Plan plan, int64_t segments) -> std::optional<Choice> {
+  auto fits = [&](planner::Plan plan,
+                  int64_t segments) -> std::optional<Choice> {
     const planner::Simulation simulation = planner::simulate(chain, plan);
     if (!simulation.valid || simulation.peak_bytes > cap ||
         (limits.max_ms_per_sample > 0 &&
-         simulation.time_ms > limits.max_ms_per_sample * static_cast<double>(batch))) {
+         simulation.time_ms >
+             limits.max_ms_per_sample * static_cast<double>(batch))) {
       return std::nullopt;
     }
-    return Choice{std::move(plan), segments, simulation.peak_bytes, simulation.time_ms};
+    return Choice{
+        std::move(plan), segments, simulation.peak_bytes, simulation.time_ms};
   };
   if (strategy == "none") {
     return fits(planner::solve_store_all(chain), 0);
@@ -136,8 +157,13 @@ std::optional<Choice> choose(
 /// the cap's answer the batch steps down geometrically to the first that
 /// meets it, then a binary search finds the largest up to the last failure.
 int64_t largest_on_model(
-    const std::string& strategy, const planner::Chain& c1, int64_t b1,
-    const planner::Chain& c2, int64_t b2, int64_t lo, int64_t hi,
+    const std::string& strategy,
+    const planner::Chain& c1,
+    int64_t b1,
+    const planner::Chain& c2,
+    int64_t b2,
+    int64_t lo,
+    int64_t hi,
     const Limits& limits) {
   auto fits = [&](int64_t batch, const Limits& with) {
     return choose(strategy, modelled_chain(c1, b1, c2, b2, batch), batch, with)
@@ -176,8 +202,11 @@ int64_t largest_on_model(
 /// One training step of `stages` under `plan` on `input`; fills the
 /// measured fields of `answer`.
 void measure_step(
-    const std::vector<Stage>& stages, const planner::Plan& plan,
-    const torch::Tensor& input, const FitOptions& options, FitAnswer& answer) {
+    const std::vector<Stage>& stages,
+    const planner::Plan& plan,
+    const torch::Tensor& input,
+    const FitOptions& options,
+    FitAnswer& answer) {
   PlannedChain net(stages, plan);
   detail::ModelStateGuard state(detail::modules_of(stages), input.device());
   MemoryMeter meter(input.device());
@@ -186,7 +215,8 @@ void measure_step(
   torch::Tensor output = net->forward(input);
   torch::Tensor loss =
       options.loss() ? options.loss()(output) : output.to(torch::kFloat).sum();
-  output = torch::Tensor();  // as a training loop: the output goes with backward
+  output =
+      torch::Tensor();  // as a training loop: the output goes with backward
   loss.backward();
   detail::synchronize(input.device());
   answer.measured_step_ms = detail::elapsed_ms(start);
@@ -204,18 +234,23 @@ std::vector<FitAnswer> fit_batch(
     int64_t cap_bytes,
     const FitOptions& options) {
   TORCH_CHECK(
-      cap_bytes > 0, "remat::fit_batch: expected cap_bytes > 0, got ", cap_bytes);
+      cap_bytes > 0,
+      "remat::fit_batch: expected cap_bytes > 0, got ",
+      cap_bytes);
   TORCH_CHECK(
       options.max_time_ratio() >= 0,
       "remat::fit_batch: expected max_time_ratio >= 0, got ",
       options.max_time_ratio());
   TORCH_CHECK(
       options.probe_batch() >= 1,
-      "remat::fit_batch: expected probe_batch >= 1, got ", options.probe_batch());
+      "remat::fit_batch: expected probe_batch >= 1, got ",
+      options.probe_batch());
   TORCH_CHECK(
       options.max_batch() >= options.probe_batch(),
       "remat::fit_batch: expected max_batch >= probe_batch (",
-      options.probe_batch(), "), got ", options.max_batch());
+      options.probe_batch(),
+      "), got ",
+      options.max_batch());
   TORCH_CHECK(
       static_cast<bool>(make_input),
       "remat::fit_batch: expected a make_input function, got none");
@@ -223,8 +258,11 @@ std::vector<FitAnswer> fit_batch(
     torch::Tensor input = make_input(batch);
     TORCH_CHECK(
         input.defined() && input.dim() >= 1 && input.size(0) == batch,
-        "remat::fit_batch: make_input(", batch,
-        ") must return a tensor whose first dimension is ", batch, ", got ",
+        "remat::fit_batch: make_input(",
+        batch,
+        ") must return a tensor whose first dimension is ",
+        batch,
+        ", got ",
         input.defined() ? input.sizes() : c10::IntArrayRef{});
     return input;
   };
@@ -238,14 +276,16 @@ std::vector<FitAnswer> fit_batch(
 
   std::vector<FitAnswer> answers;
   Limits limits{cap_bytes, 0};
-  for (const std::string strategy : {"none", "checkpoint_sequential", "optimal"}) {
+  for (const std::string strategy :
+       {"none", "checkpoint_sequential", "optimal"}) {
     FitAnswer answer;
     answer.strategy = strategy;
     int64_t batch = largest_on_model(
         strategy, c1, b1, c2, b2, b1, options.max_batch(), limits);
     for (int check = 0; check < kMaxChecks && batch >= b1; ++check) {
       const torch::Tensor input = input_of(batch);
-      const planner::Chain chain = profile_chain(stages, input, options.profile());
+      const planner::Chain chain =
+          profile_chain(stages, input, options.profile());
       // The time limit was applied on the model (the reference is a
       // prediction on it too); the real profile checks the cap.
       std::optional<Choice> choice =
@@ -265,7 +305,8 @@ std::vector<FitAnswer> fit_batch(
       }
       batch = std::min(batch - 1, batch * 9 / 10);
     }
-    if (strategy == "none" && answer.batch > 0 && options.max_time_ratio() > 0) {
+    if (strategy == "none" && answer.batch > 0 &&
+        options.max_time_ratio() > 0) {
       // The reference of the checkpointing strategies' time limit: no
       // checkpointing's predicted time per sample at its answer, on the
       // same model, so that profiling noise cannot tip the comparison.
@@ -273,7 +314,8 @@ std::vector<FitAnswer> fit_batch(
           modelled_chain(c1, b1, c2, b2, answer.batch);
       limits.max_ms_per_sample =
           options.max_time_ratio() *
-          planner::simulate(at_answer, planner::solve_store_all(at_answer)).time_ms /
+          planner::simulate(at_answer, planner::solve_store_all(at_answer))
+              .time_ms /
           static_cast<double>(answer.batch);
     }
     answers.push_back(std::move(answer));

@@ -49,7 +49,8 @@ std::any Offloader::pack(const at::Tensor& tensor) {
       tensor, [this](const at::Tensor& t) { return move_out(t); });
 }
 
-std::shared_ptr<Offloader::Moved> Offloader::move_out(const at::Tensor& tensor) {
+std::shared_ptr<Offloader::Moved> Offloader::move_out(
+    const at::Tensor& tensor) {
   auto moved = std::make_shared<Moved>();
   moved->slot = store_->put(tensor);  // may wait for the store: no lock held
   moved->owner = shared_from_this();
@@ -117,8 +118,8 @@ void Offloader::start_fetch(Moved& moved) {
 void Offloader::prefetch_below(
     int64_t below, std::vector<std::shared_ptr<Moved>>& started) {
   auto ahead = [&] {
-    return static_cast<int64_t>(std::distance(
-        in_flight_.begin(), in_flight_.lower_bound(below)));
+    return static_cast<int64_t>(
+        std::distance(in_flight_.begin(), in_flight_.lower_bound(below)));
   };
   while (ahead() < prefetch_) {
     auto next = pending_.lower_bound(below);
@@ -167,7 +168,12 @@ std::unique_ptr<SavedTensorHooks> offload_hooks(
 void check_not_negative(const char* guard, const char* option, int64_t value) {
   TORCH_CHECK(
       value >= 0,
-      "remat::", guard, ": expected ", option, " >= 0, got ", value);
+      "remat::",
+      guard,
+      ": expected ",
+      option,
+      " >= 0, got ",
+      value);
 }
 
 namespace {
@@ -189,11 +195,11 @@ class HostSlot final : public OffloadSlot {
   }
 
   c10::Device device;
-  c10::Stream side;   // both copies run here, in order
-  at::Tensor host;    // the copy
-  at::Tensor back;    // on the device again, from fetch() until take()
-  c10::Event copied;  // device -> host done
-  c10::Event fetched; // host -> device done
+  c10::Stream side;    // both copies run here, in order
+  at::Tensor host;     // the copy
+  at::Tensor back;     // on the device again, from fetch() until take()
+  c10::Event copied;   // device -> host done
+  c10::Event fetched;  // host -> device done
 };
 
 /// SaveOnCpu's store: CUDA tensors to host memory and back on one side
@@ -221,7 +227,7 @@ class HostStore final : public OffloadStore {
         dense.strides(),
         dense.options().device(at::kCPU).pinned_memory(pin_memory_));
     c10::Event produced(device.type());
-    produced.record(current);  // the side stream waits for the tensor's
+    produced.record(current);    // the side stream waits for the tensor's
     produced.block(slot->side);  // producer on the current stream
     {
       c10::StreamGuard on_side(slot->side);
@@ -261,9 +267,11 @@ class HostStore final : public OffloadStore {
     auto found = side_streams_.find(device.index());
     if (found == side_streams_.end()) {
       c10::impl::VirtualGuardImpl guard_impl(device.type());
-      found = side_streams_
-                  .emplace(device.index(), guard_impl.getStreamFromGlobalPool(device))
-                  .first;
+      found =
+          side_streams_
+              .emplace(
+                  device.index(), guard_impl.getStreamFromGlobalPool(device))
+              .first;
     }
     return found->second;
   }

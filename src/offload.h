@@ -62,7 +62,8 @@ class OffloadStore {
 /// autograd holds what it moved.
 class Offloader : public std::enable_shared_from_this<Offloader> {
  public:
-  Offloader(std::unique_ptr<OffloadStore> store, int64_t prefetch, int64_t min_bytes);
+  Offloader(
+      std::unique_ptr<OffloadStore> store, int64_t prefetch, int64_t min_bytes);
 
   /// The pack hook: the tensor itself, or the entry of its moved copy.
   std::any pack(const at::Tensor& tensor);
@@ -82,7 +83,8 @@ class Offloader : public std::enable_shared_from_this<Offloader> {
   void start_fetch(Moved& moved);
   /// Keeps `prefetch_` fetches in flight below save number `below`, adding
   /// the entries it starts to `started`; mutex_ held.
-  void prefetch_below(int64_t below, std::vector<std::shared_ptr<Moved>>& started);
+  void prefetch_below(
+      int64_t below, std::vector<std::shared_ptr<Moved>>& started);
   void forget(Moved& moved);
 
   const std::unique_ptr<OffloadStore> store_;
@@ -100,7 +102,8 @@ class Offloader : public std::enable_shared_from_this<Offloader> {
 };
 
 /// The hooks of a guard that packs through `offloader`.
-std::unique_ptr<SavedTensorHooks> offload_hooks(std::shared_ptr<Offloader> offloader);
+std::unique_ptr<SavedTensorHooks> offload_hooks(
+    std::shared_ptr<Offloader> offloader);
 
 /// Throws unless `value` >= 0, naming the guard and the option.
 void check_not_negative(const char* guard, const char* option, int64_t value);

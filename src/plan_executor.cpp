@@ -162,7 +162,9 @@ class PlanExecution {
     torch::Tensor output = (*stages_)[i].forward(input);
     TORCH_CHECK(
         output.defined(),
-        "remat: stage ", i, " of the chain returned an undefined tensor");
+        "remat: stage ",
+        i,
+        " of the chain returned an undefined tensor");
     return output;
   }
 
@@ -307,7 +309,9 @@ void check_stages(const char* who, const std::vector<Stage>& stages) {
   for (size_t i = 0; i < stages.size(); ++i) {
     TORCH_CHECK(
         static_cast<bool>(stages[i].forward),
-        who, ": expected every stage to have a forward, stage ", i,
+        who,
+        ": expected every stage to have a forward, stage ",
+        i,
         " has none");
   }
 }
@@ -317,7 +321,8 @@ std::vector<std::shared_ptr<torch::nn::Module>> modules_of(
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
   for (const Stage& stage : stages) {
     if (stage.module &&
-        std::find(modules.begin(), modules.end(), stage.module) == modules.end()) {
+        std::find(modules.begin(), modules.end(), stage.module) ==
+            modules.end()) {
       modules.push_back(stage.module);
     }
   }

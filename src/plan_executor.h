@@ -45,6 +45,7 @@ std::vector<std::shared_ptr<torch::nn::Module>> modules_of(
     const std::vector<Stage>& stages);
 
 /// Runs `stages` one after the other on `input` (the plain chain forward).
-torch::Tensor run_stages(const std::vector<Stage>& stages, const torch::Tensor& input);
+torch::Tensor run_stages(
+    const std::vector<Stage>& stages, const torch::Tensor& input);
 
 }  // namespace remat::detail

@@ -47,12 +47,18 @@ void check_planned_run(
       planner::simulate(unit_chain(stages), run.plan);
   TORCH_CHECK(
       simulation.valid,
-      who, ": expected a valid plan for the ", stages, " stages, got \"",
-      run.plan.to_string(), "\": ", simulation.error);
+      who,
+      ": expected a valid plan for the ",
+      stages,
+      " stages, got \"",
+      run.plan.to_string(),
+      "\": ",
+      simulation.error);
   TORCH_CHECK(
       options.on_shape_change() != ShapePolicy::kReplan ||
           options.budget().has_value(),
-      who, ": expected options.budget to be set for ShapePolicy::kReplan, "
+      who,
+      ": expected options.budget to be set for ShapePolicy::kReplan, "
       "got none");
   if (!options.input_shape().empty()) {
     run.plans_by_shape.emplace(options.input_shape(), run.plan);
@@ -71,7 +77,8 @@ torch::Tensor planned_forward(
       input.sizes() != c10::IntArrayRef(options.input_shape())) {
     TORCH_CHECK(
         options.on_shape_change() == ShapePolicy::kReplan,
-        who, "::forward: expected an input of shape ",
+        who,
+        "::forward: expected an input of shape ",
         shape_string(options.input_shape()),
         " (the shape the plan was made for), got ",
         shape_string(input.sizes()),
@@ -80,7 +87,8 @@ torch::Tensor planned_forward(
     std::vector<int64_t> shape = input.sizes().vec();
     auto known = run.plans_by_shape.find(shape);
     if (known == run.plans_by_shape.end()) {
-      planner::Chain chain = profile_chain(*run.stages, input, options.profile());
+      planner::Chain chain =
+          profile_chain(*run.stages, input, options.profile());
       known = run.plans_by_shape
                   .emplace(
                       shape,

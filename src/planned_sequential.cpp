@@ -21,7 +21,8 @@ PlannedSequentialImpl::PlannedSequentialImpl(
     : sequential(std::move(sequential_)), options(std::move(options_)) {
   TORCH_CHECK(
       !sequential.is_empty() && sequential->size() > 0,
-      kSequential, ": expected a non-empty Sequential, got ",
+      kSequential,
+      ": expected a non-empty Sequential, got ",
       sequential.is_empty() ? "a null one" : "one with no children");
   register_module("sequential", sequential);
   run_ = std::make_shared<detail::PlannedRun>();
@@ -40,7 +41,8 @@ std::shared_ptr<torch::nn::Module> PlannedSequentialImpl::clone(
   auto copy = torch::nn::Sequential(
       std::dynamic_pointer_cast<torch::nn::SequentialImpl>(
           sequential->clone(device)));
-  auto result = std::make_shared<PlannedSequentialImpl>(copy, run_->plan, options);
+  auto result =
+      std::make_shared<PlannedSequentialImpl>(copy, run_->plan, options);
   result->run_->plans_by_shape = run_->plans_by_shape;
   result->train(is_training());
   return result;

@@ -60,7 +60,6 @@ int64_t buffer_bytes(const std::shared_ptr<torch::nn::Module>& module) {
   return bytes;
 }
 
-
 }  // namespace
 
 planner::Chain profile_chain(

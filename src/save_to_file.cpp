@@ -18,9 +18,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -83,7 +83,8 @@ std::string default_directory() {
 /// Opens an unnamed read-write file in `directory`.
 int open_spill_file(const std::string& directory) {
 #ifdef O_TMPFILE
-  const int fd = ::open(directory.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  const int fd =
+      ::open(directory.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd >= 0) {
     return fd;
   }
@@ -93,7 +94,9 @@ int open_spill_file(const std::string& directory) {
   TORCH_CHECK(
       named >= 0,
       "remat::SaveToFile: cannot create a spill file in directory '",
-      directory, "': ", std::strerror(errno));
+      directory,
+      "': ",
+      std::strerror(errno));
   ::unlink(name.c_str());
   return named;
 }
@@ -173,8 +176,11 @@ class FileStore final : public OffloadStore {
       TORCH_CHECK(
           false,
           "remat::SaveToFile: cannot read back a saved tensor of ",
-          slot.nbytes, " bytes at offset ", slot.offset,
-          " of the spill file: ", error);
+          slot.nbytes,
+          " bytes at offset ",
+          slot.offset,
+          " of the spill file: ",
+          error);
     }
     return std::exchange(slot.fetched, at::Tensor());
   }
@@ -238,7 +244,10 @@ class FileStore final : public OffloadStore {
     if (!slot.released) {
       lock.unlock();
       error = transfer_all(
-          ::pwrite, fd_, static_cast<char*>(source.data_ptr()), slot.nbytes,
+          ::pwrite,
+          fd_,
+          static_cast<char*>(source.data_ptr()),
+          slot.nbytes,
           slot.offset);
       lock.lock();
     }
@@ -263,7 +272,10 @@ class FileStore final : public OffloadStore {
     at::Tensor tensor = at::empty_strided(
         slot.sizes, slot.strides, at::TensorOptions().dtype(slot.dtype));
     const int error = transfer_all(
-        ::pread, fd_, static_cast<char*>(tensor.data_ptr()), slot.nbytes,
+        ::pread,
+        fd_,
+        static_cast<char*>(tensor.data_ptr()),
+        slot.nbytes,
         slot.offset);
     lock.lock();
     if (error != 0) {

@@ -232,10 +232,11 @@ TEST(AutoCheckpoint, MeasuredCudaPeakStaysWithinTheBudget_CUDA) {
 TEST(SaveOnCpu, MovesActivationsToHostAndBackBitForBit_CUDA) {
   auto model = dropout_mlp(256, 8);
   const auto input = torch::randn({512, 256}, on_gpu());
-  const Step plain =
-      run_step(model, input, [&](const torch::Tensor& x) { return model->forward(x); });
+  const Step plain = run_step(
+      model, input, [&](const torch::Tensor& x) { return model->forward(x); });
   remat::MemoryMeter plain_meter(c10::Device(c10::kCUDA));
-  run_step(model, input, [&](const torch::Tensor& x) { return model->forward(x); });
+  run_step(
+      model, input, [&](const torch::Tensor& x) { return model->forward(x); });
   const int64_t plain_peak = plain_meter.peak_delta_bytes();
 
   // The guard lives through backward here, so that its stats include the

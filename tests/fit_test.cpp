@@ -17,8 +17,9 @@
 namespace {
 
 struct ResidualImpl : torch::nn::Module {
-  ResidualImpl() : fc1(register_module("fc1", torch::nn::Linear(64, 256))),
-                   fc2(register_module("fc2", torch::nn::Linear(256, 64))) {}
+  ResidualImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(64, 256))),
+        fc2(register_module("fc2", torch::nn::Linear(256, 64))) {}
   torch::Tensor forward(const torch::Tensor& x) {
     return x + fc2(torch::relu(fc1(x)));
   }
@@ -39,7 +40,9 @@ torch::Tensor rows(int64_t batch) {
   return torch::randn({batch, 64});
 }
 
-TEST(FitBatch, CheckpointingFitsLargerBatchesAndEveryAnswerWasMeasuredUnderTheCap) {
+TEST(
+    FitBatch,
+    CheckpointingFitsLargerBatchesAndEveryAnswerWasMeasuredUnderTheCap) {
   const auto stages = residual_stages(16);
   constexpr int64_t kCap = 8 << 20;
   const auto answers = remat::fit_batch(rows, stages, kCap);
@@ -49,19 +52,22 @@ TEST(FitBatch, CheckpointingFitsLargerBatchesAndEveryAnswerWasMeasuredUnderTheCa
   EXPECT_EQ(answers[2].strategy, "optimal");
   for (const auto& answer : answers) {
     SCOPED_TRACE(answer.strategy);
-    std::cout << "[ fit      ] " << answer.strategy << ": batch " << answer.batch
-              << ", measured " << answer.measured_peak_bytes << " of " << kCap
-              << " bytes, " << answer.ms_per_sample() << " ms per sample\n";
+    std::cout << "[ fit      ] " << answer.strategy << ": batch "
+              << answer.batch << ", measured " << answer.measured_peak_bytes
+              << " of " << kCap << " bytes, " << answer.ms_per_sample()
+              << " ms per sample\n";
     ASSERT_GT(answer.batch, 0);
     EXPECT_LE(answer.measured_peak_bytes, kCap);
     EXPECT_LE(answer.predicted_peak_bytes, kCap);
     EXPECT_GT(answer.measured_step_ms, 0);
     EXPECT_GT(answer.ms_per_sample(), 0);
     // Near the largest: 20 % more does not fit the strategy's prediction.
-    const int64_t more = static_cast<int64_t>(std::ceil(answer.batch * 1.2)) + 1;
+    const int64_t more =
+        static_cast<int64_t>(std::ceil(answer.batch * 1.2)) + 1;
     const auto chain = remat::profile_chain(stages, rows(more));
-    const int64_t store_all = remat::planner::simulate(
-        chain, remat::planner::solve_store_all(chain)).peak_bytes;
+    const int64_t store_all =
+        remat::planner::simulate(chain, remat::planner::solve_store_all(chain))
+            .peak_bytes;
     if (answer.strategy == "none") {
       EXPECT_GT(store_all, kCap) << "batch " << more << " fits too";
     } else if (answer.strategy == "optimal") {
@@ -78,14 +84,22 @@ TEST(FitBatch, RefusesBadArguments) {
   const auto stages = residual_stages(2);
   EXPECT_THROW(remat::fit_batch(rows, stages, 0), c10::Error);
   EXPECT_THROW(
-      remat::fit_batch(rows, stages, 1 << 20, remat::FitOptions().probe_batch(0)),
+      remat::fit_batch(
+          rows, stages, 1 << 20, remat::FitOptions().probe_batch(0)),
       c10::Error);
   try {
-    remat::fit_batch([](int64_t) { return torch::randn({3, 64}); }, stages, 1 << 20);
+    remat::fit_batch(
+        [](int64_t) {
+          return torch::randn({3, 64});
+        },
+        stages,
+        1 << 20);
     ADD_FAILURE() << "expected an error for an input of the wrong batch";
   } catch (const c10::Error& error) {
-    EXPECT_NE(std::string(error.what()).find("first dimension is 4, got [3, 64]"),
-              std::string::npos) << error.what();
+    EXPECT_NE(
+        std::string(error.what()).find("first dimension is 4, got [3, 64]"),
+        std::string::npos)
+        << error.what();
   }
 }
 

@@ -149,7 +149,8 @@ TEST(Offload, ParametersAndSmallTensorsStayAndEachTensorMovesOnce) {
   // Moved: the tanh output (16x64 floats), once. Left: the parameters,
   // `input` and `tiny` (under min_bytes), the product's other operand.
   ASSERT_EQ(recorded.store->put_tensors.size(), 1u);
-  EXPECT_EQ(recorded.store->put_tensors[0].sizes(), torch::IntArrayRef({16, 64}));
+  EXPECT_EQ(
+      recorded.store->put_tensors[0].sizes(), torch::IntArrayRef({16, 64}));
   for (const auto& moved : recorded.store->put_tensors) {
     EXPECT_FALSE(moved.is_leaf() && moved.requires_grad());
   }
@@ -295,7 +296,9 @@ TEST(SaveToFile, CombinesWithCheckpointAndRetainGraph) {
   auto loss_of = [&] {
     torch::Tensor x = input;
     for (size_t i = 0; i < blocks.size(); ++i) {
-      auto block = [&, i](const torch::Tensor& h) { return blocks[i]->forward(h); };
+      auto block = [&, i](const torch::Tensor& h) {
+        return blocks[i]->forward(h);
+      };
       x = i % 2 == 0 ? remat::checkpoint(block, x) : block(x);
     }
     return x.pow(2).mean();
@@ -366,8 +369,12 @@ TEST(SaveToFile, BadOptionsAreRefusedAndLeaveNoHooks) {
   expect_error(
       remat::SaveToFileOptions().directory("/nonexistent/remat-dir"),
       "cannot create a spill file in directory '/nonexistent/remat-dir'");
-  expect_error(remat::SaveToFileOptions().prefetch(-1), "expected prefetch >= 0, got -1");
-  expect_error(remat::SaveToFileOptions().max_pending_bytes(0), "expected max_pending_bytes > 0, got 0");
+  expect_error(
+      remat::SaveToFileOptions().prefetch(-1),
+      "expected prefetch >= 0, got -1");
+  expect_error(
+      remat::SaveToFileOptions().max_pending_bytes(0),
+      "expected max_pending_bytes > 0, got 0");
   // No hook was left pushed: saved tensors are the plain ones again.
   int64_t packed = 0;
   {

@@ -55,21 +55,27 @@ struct MaskedChain {
   torch::Tensor input;
   std::vector<torch::Tensor> initial_buffers;
 
-  explicit MaskedChain(int64_t blocks = 8, int64_t width = 64, int64_t batch = 128) {
+  explicit MaskedChain(
+      int64_t blocks = 8, int64_t width = 64, int64_t batch = 128) {
     torch::manual_seed(3);
     const torch::Tensor mask = (torch::rand({width}) > 0.25).to(torch::kFloat);
     // A parameter-free stage (no module).
-    stages.push_back({[](const torch::Tensor& x) { return torch::tanh(x); }, nullptr});
+    stages.push_back(
+        {[](const torch::Tensor& x) { return torch::tanh(x); }, nullptr});
     for (int64_t i = 0; i < blocks; ++i) {
       MaskedBlock block(width);
       modules->push_back(block);
       stages.push_back(
-          {[block, mask](const torch::Tensor& x) mutable { return block->forward(x, mask); },
+          {[block, mask](const torch::Tensor& x) mutable {
+             return block->forward(x, mask);
+           },
            block.ptr()});
     }
     torch::nn::Linear head(width, 8);
     modules->push_back(head);
-    stages.push_back({[head](const torch::Tensor& x) mutable { return head(x); }, head.ptr()});
+    stages.push_back(
+        {[head](const torch::Tensor& x) mutable { return head(x); },
+         head.ptr()});
     input = torch::randn({batch, width}, torch::requires_grad());
     for (const auto& buffer : modules->buffers()) {
       initial_buffers.push_back(buffer.clone());
@@ -123,14 +129,19 @@ struct MaskedChain {
   }
 };
 
-void expect_same_step(const MaskedChain::Step& expected, const MaskedChain::Step& actual) {
+void expect_same_step(
+    const MaskedChain::Step& expected, const MaskedChain::Step& actual) {
   expect_all_bitwise_equal(expected.grads, actual.grads, "parameter grads");
-  EXPECT_TRUE(bitwise_equal(expected.input_grad, actual.input_grad)) << "input grad";
+  EXPECT_TRUE(bitwise_equal(expected.input_grad, actual.input_grad))
+      << "input grad";
   // The buffers moved once (as in one plain step), not once per recomputation.
-  expect_all_bitwise_equal(expected.buffers, actual.buffers, "BatchNorm buffers");
+  expect_all_bitwise_equal(
+      expected.buffers, actual.buffers, "BatchNorm buffers");
 }
 
-TEST(PlannedChain, AutoCheckpointOfMaskedBlocksMatchesThePlainRunWithinTheBudget) {
+TEST(
+    PlannedChain,
+    AutoCheckpointOfMaskedBlocksMatchesThePlainRunWithinTheBudget) {
   MaskedChain chain;
   const MaskedChain::Step plain =
       chain.step([&](const torch::Tensor& x) { return chain.plain(x); });
@@ -142,7 +153,9 @@ TEST(PlannedChain, AutoCheckpointOfMaskedBlocksMatchesThePlainRunWithinTheBudget
        {remat::Budget::parse("50%"), remat::Budget::bytes(minimum)}) {
     SCOPED_TRACE("budget " + budget.to_string());
     remat::PlannedChain net = remat::auto_checkpoint(
-        chain.stages, chain.input, budget,
+        chain.stages,
+        chain.input,
+        budget,
         remat::AutoCheckpointOptions().profile(
             remat::ProfileOptions().warmup(0).repeats(1)));
     const MaskedChain::Step planned =
@@ -152,20 +165,24 @@ TEST(PlannedChain, AutoCheckpointOfMaskedBlocksMatchesThePlainRunWithinTheBudget
     // (the same model and sample as `profiled`).
     const auto simulation = remat::planner::simulate(profiled, net->plan());
     ASSERT_TRUE(simulation.valid) << simulation.error;
-    const int64_t measured = planned.activation_peak_bytes + profiled.input_bytes();
+    const int64_t measured =
+        planned.activation_peak_bytes + profiled.input_bytes();
     EXPECT_LE(measured, budget.resolve_bytes(profiled));
     EXPECT_LE(measured, simulation.peak_bytes);
     EXPECT_GE(measured, static_cast<int64_t>(0.9 * simulation.peak_bytes))
         << "measured " << measured << ", predicted " << simulation.peak_bytes;
     EXPECT_NE(net->plan().to_string().find('C'), std::string::npos)
-        << "a budget under the store-all peak checkpoints: " << net->plan().to_string();
+        << "a budget under the store-all peak checkpoints: "
+        << net->plan().to_string();
   }
 }
 
 TEST(PlannedChain, RegistersEachModuleOnceAndEvaluatesPlainlyUnderNoGrad) {
   MaskedChain chain(3);
   // The first block used twice: registered once (under its first stage).
-  chain.stages.insert(chain.stages.end() - 1, {chain.stages[1].forward, chain.stages[1].module});
+  chain.stages.insert(
+      chain.stages.end() - 1,
+      {chain.stages[1].forward, chain.stages[1].module});
   const auto profiled = remat::profile_chain(
       chain.stages, chain.input, remat::ProfileOptions().warmup(0).repeats(1));
   remat::PlannedChain net(chain.stages, remat::planner::solve_sqrt(profiled));
@@ -178,57 +195,72 @@ TEST(PlannedChain, RegistersEachModuleOnceAndEvaluatesPlainlyUnderNoGrad) {
   EXPECT_TRUE(bitwise_equal(expected, net->forward(chain.input)));
   std::ostringstream printed;
   printed << *net;
-  EXPECT_NE(printed.str().find("remat::PlannedChain(stages=6"), std::string::npos)
+  EXPECT_NE(
+      printed.str().find("remat::PlannedChain(stages=6"), std::string::npos)
       << printed.str();
 }
 
 TEST(PlannedChain, GptStagesWithACapturedMaskMatchTheSequential) {
   namespace models = remat::models;
   const auto options = models::GptOptions()
-                           .vocab(32).seq_len(32).layers(3).hidden(32).heads(2)
+                           .vocab(32)
+                           .seq_len(32)
+                           .layers(3)
+                           .hidden(32)
+                           .heads(2)
                            .dropout(0.1);
   torch::manual_seed(8);
   torch::nn::Sequential model = models::gpt(options);
   model->train();
   const auto tokens = torch::randint(32, {4, 32}, torch::kLong);
   const auto targets = torch::randint(32, {4, 32}, torch::kLong);
-  auto step = [&](const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
-    for (auto& parameter : model->parameters()) {
-      parameter.mutable_grad() = torch::zeros_like(parameter);
-    }
-    torch::manual_seed(21);
-    models::gpt_loss(forward(tokens), targets).backward();
-    return grads_of(*model);
-  };
-  const auto plain = step([&](const torch::Tensor& t) { return model->forward(t); });
+  auto step =
+      [&](const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+        for (auto& parameter : model->parameters()) {
+          parameter.mutable_grad() = torch::zeros_like(parameter);
+        }
+        torch::manual_seed(21);
+        models::gpt_loss(forward(tokens), targets).backward();
+        return grads_of(*model);
+      };
+  const auto plain =
+      step([&](const torch::Tensor& t) { return model->forward(t); });
   const auto causal = torch::ones({32, 32}, torch::kBool).triu(1);
   remat::PlannedChain net = remat::auto_checkpoint(
-      models::gpt_stages(model, causal), tokens, remat::Budget::parse("50%"),
+      models::gpt_stages(model, causal),
+      tokens,
+      remat::Budget::parse("50%"),
       remat::AutoCheckpointOptions().profile(
           remat::ProfileOptions().warmup(0).repeats(1)));
   EXPECT_EQ(net->stages().size(), model->size());
   expect_all_bitwise_equal(
-      plain, step([&](const torch::Tensor& t) { return net->forward(t); }),
+      plain,
+      step([&](const torch::Tensor& t) { return net->forward(t); }),
       "GPT stages, causal mask");
   // Another mask reaches every block: no masking changes the output.
   const auto open = torch::zeros({32, 32}, torch::kBool);
   torch::NoGradGuard no_grad;
   model->eval();
-  const auto masked = remat::detail::run_stages(models::gpt_stages(model, causal), tokens);
-  const auto unmasked = remat::detail::run_stages(models::gpt_stages(model, open), tokens);
+  const auto masked =
+      remat::detail::run_stages(models::gpt_stages(model, causal), tokens);
+  const auto unmasked =
+      remat::detail::run_stages(models::gpt_stages(model, open), tokens);
   EXPECT_FALSE(torch::equal(masked, unmasked));
   EXPECT_THROW(
-      models::gpt_stages(model, torch::zeros({32, 32}))[1].forward(masked.new_zeros({4, 32, 32})),
+      models::gpt_stages(model, torch::zeros({32, 32}))[1].forward(
+          masked.new_zeros({4, 32, 32})),
       c10::Error);
 }
 
 TEST(PlannedChain, RefusesEmptyChainsStagesWithoutForwardAndBadPlans) {
-  auto expect_error = [](const std::function<void()>& make, const std::string& message) {
+  auto expect_error = [](const std::function<void()>& make,
+                         const std::string& message) {
     try {
       make();
       ADD_FAILURE() << "expected an error containing: " << message;
     } catch (const c10::Error& error) {
-      EXPECT_NE(std::string(error.what()).find(message), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find(message), std::string::npos)
+          << error.what();
     }
   };
   const auto plan = remat::planner::plan_from_string("R0 B0");

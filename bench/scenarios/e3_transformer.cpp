@@ -77,15 +77,16 @@ PytorchSide run_pytorch(
       (std::filesystem::temp_directory_path() / "remat_bench_e3_pytorch.log")
           .string();
   PythonPeer peer(
-      {options.python, options.script, "--meter", options.meter,
-       "--threads", std::to_string(context.threads),
-       "--vocab", std::to_string(gpt.vocab()),
-       "--layers", std::to_string(gpt.layers()),
-       "--hidden", std::to_string(gpt.hidden()),
-       "--heads", std::to_string(gpt.heads()),
-       "--seq", std::to_string(gpt.seq_len()),
-       "--batch", std::to_string(batch),
-       "--dropout", std::to_string(gpt.dropout())},
+      {options.python, options.script,
+       "--meter",      options.meter,
+       "--threads",    std::to_string(context.threads),
+       "--vocab",      std::to_string(gpt.vocab()),
+       "--layers",     std::to_string(gpt.layers()),
+       "--hidden",     std::to_string(gpt.hidden()),
+       "--heads",      std::to_string(gpt.heads()),
+       "--seq",        std::to_string(gpt.seq_len()),
+       "--batch",      std::to_string(batch),
+       "--dropout",    std::to_string(gpt.dropout())},
       log,
       options.reply_timeout_s);
   if (!peer.available()) {
@@ -109,7 +110,8 @@ PytorchSide run_pytorch(
   const nlohmann::json missing =
       greeting.value("missing", nlohmann::json::object());
   for (const auto& [kind, why] : missing.items()) {
-    about << " Not measured: `" << kind << "`, " << why.get<std::string>() << ".";
+    about << " Not measured: `" << kind << "`, " << why.get<std::string>()
+          << ".";
   }
   const int total_rounds = context.warmup + context.rounds;
   for (int round = 0; round < total_rounds; ++round) {
@@ -119,8 +121,9 @@ PytorchSide run_pytorch(
           options.reply_timeout_s);
       if (!reply || reply->contains("error")) {
         side.by_kind.clear();
-        side.about = "PyTorch side failed on `" + kind + "`: " +
-                     (reply ? reply->at("error").dump() : peer.why_unavailable());
+        side.about =
+            "PyTorch side failed on `" + kind + "`: " +
+            (reply ? reply->at("error").dump() : peer.why_unavailable());
         return side;
       }
       if (round < context.warmup) {
@@ -170,9 +173,9 @@ Section run_e3(const E3Options& options, const Context& context) {
   struct Recipe {
     std::string name;
     models::GptRecompute recompute;
-    Policy policy;                // kSelective only
-    bool spill_to_file = false;   // the forward under a SaveToFile guard
-    std::string pytorch_kind;     // e3_pytorch.py's counterpart; "": none
+    Policy policy;               // kSelective only
+    bool spill_to_file = false;  // the forward under a SaveToFile guard
+    std::string pytorch_kind;    // e3_pytorch.py's counterpart; "": none
   };
   const std::vector<Recipe> recipes = {
       {"none", models::GptRecompute::kNone, {}, false, "none"},

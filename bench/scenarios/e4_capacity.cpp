@@ -1,12 +1,13 @@
 // e4_capacity.cpp — scenario E4: the largest batch under a fixed memory cap.
 //
 // Model: a residual FFN stack (models::residual_ffn_stack; defaults 16
-// blocks, width 128, inner width 512, dropout 0.1; cap 32 MiB). remat::fit_batch finds,
-// for no checkpointing, the fastest checkpoint_sequential(k) and the optimal
-// plan, the largest batch whose training step stays under --cap (activations
-// plus input, the planner's units); each answer is confirmed by one measured
-// step there (its peak and time are what the table shows). Time per sample =
-// that step's time / batch; ratios against no checkpointing.
+// blocks, width 128, inner width 512, dropout 0.1; cap 32 MiB).
+// remat::fit_batch finds, for no checkpointing, the fastest
+// checkpoint_sequential(k) and the optimal plan, the largest batch whose
+// training step stays under --cap (activations plus input, the planner's
+// units); each answer is confirmed by one measured step there (its peak and
+// time are what the table shows). Time per sample = that step's time / batch;
+// ratios against no checkpointing.
 #include <memory>
 #include <sstream>
 #include <string>
@@ -41,7 +42,8 @@ Section run_e4(const E4Options& options, const Context& context) {
   const Budget cap = Budget::parse(quick ? "2MiB" : options.cap);
   TORCH_CHECK(
       cap.kind() == Budget::Kind::kBytes,
-      "E4: expected --cap in bytes, got ", options.cap);
+      "E4: expected --cap in bytes, got ",
+      options.cap);
   torch::manual_seed(5);
   torch::nn::Sequential model = models::residual_ffn_stack(model_options);
   const torch::Device device = context.torch_device();
@@ -78,15 +80,28 @@ Section run_e4(const E4Options& options, const Context& context) {
 
   Table table;
   table.name = "capacity";
-  table.columns = {"strategy", "time limit", "batch", "batch ratio",
-                   "measured peak", "predicted peak", "step ms", "spread ms",
-                   "ms per sample", "time per sample ratio"};
+  table.columns = {
+      "strategy",
+      "time limit",
+      "batch",
+      "batch ratio",
+      "measured peak",
+      "predicted peak",
+      "step ms",
+      "spread ms",
+      "ms per sample",
+      "time per sample ratio"};
   double none_per_sample = 0;
   int64_t none_batch = 0;
   for (const double ratio : options.time_ratios) {
     const auto answers = fit_batch(
-        make_input, stages, cap.budget_bytes(),
-        FitOptions().probe_batch(8).max_batch(options.max_batch).max_time_ratio(ratio));
+        make_input,
+        stages,
+        cap.budget_bytes(),
+        FitOptions()
+            .probe_batch(8)
+            .max_batch(options.max_batch)
+            .max_time_ratio(ratio));
     for (const FitAnswer& answer : answers) {
       if (answer.strategy == "none" && none_batch > 0) {
         continue;  // the same in every run
@@ -102,8 +117,10 @@ Section run_e4(const E4Options& options, const Context& context) {
       } else {
         limit << "none";
       }
-      std::vector<Cell> row{Cell::text(name), Cell::text(limit.str()),
-                            Cell::integer(answer.batch)};
+      std::vector<Cell> row{
+          Cell::text(name),
+          Cell::text(limit.str()),
+          Cell::integer(answer.batch)};
       if (answer.batch == 0) {
         while (row.size() < table.columns.size()) {
           row.push_back(Cell::empty());
@@ -118,16 +135,18 @@ Section run_e4(const E4Options& options, const Context& context) {
         none_per_sample = per_sample;
       }
       const bool relative = none_batch > 0;
-      row.push_back(relative ? Cell::ratio(static_cast<double>(answer.batch) /
-                                           static_cast<double>(none_batch))
-                             : Cell::empty());
+      row.push_back(
+          relative ? Cell::ratio(
+                         static_cast<double>(answer.batch) /
+                         static_cast<double>(none_batch))
+                   : Cell::empty());
       row.push_back(Cell::bytes(answer.measured_peak_bytes));
       row.push_back(Cell::bytes(answer.predicted_peak_bytes));
       row.push_back(Cell::ms(step.median));
       row.push_back(Cell::ms(step.spread()));
       row.push_back(Cell::number(per_sample, 4));
-      row.push_back(relative ? Cell::ratio(per_sample / none_per_sample)
-                             : Cell::empty());
+      row.push_back(
+          relative ? Cell::ratio(per_sample / none_per_sample) : Cell::empty());
       table.add_row(std::move(row));
     }
   }
@@ -164,7 +183,8 @@ Section run_e4(const E4Options& options, const Context& context) {
 
 const bool kE4Registered = register_scenario(
     {"E4",
-     "the largest batch under a fixed cap: none, checkpoint_sequential, optimal",
+     "the largest batch under a fixed cap: none, checkpoint_sequential, "
+     "optimal",
      40,
      [](CLI::App& command) -> ScenarioRun {
        auto options = std::make_shared<E4Options>();
@@ -182,7 +202,8 @@ const bool kE4Registered = register_scenario(
            ->capture_default_str();
        command
            .add_option(
-               "--time-ratios", options->time_ratios,
+               "--time-ratios",
+               options->time_ratios,
                "FitOptions::max_time_ratio of each run (0: no limit)")
            ->capture_default_str()
            ->delimiter(',');

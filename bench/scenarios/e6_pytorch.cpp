@@ -81,7 +81,7 @@ struct E6Options {
   bool no_pytorch = false;                  // true: the remat side only
   std::string python = "/usr/bin/python3";  // the PyTorch side's interpreter
   std::string script = REMAT_E6_SCRIPT;     // e6_pytorch.py
-  std::string meter = REMAT_BENCH_METER;       // libremat_meter.so
+  std::string meter = REMAT_BENCH_METER;    // libremat_meter.so
   std::string workdir;        // exchanged files; empty: a fresh folder, removed
   int reply_timeout_s = 600;  // longest wait for one PyTorch reply
 };

@@ -39,9 +39,9 @@ struct FitOptions {
   TORCH_ARG(ProfileOptions, profile) = ProfileOptions().warmup(1).repeats(1);
   /// The largest predicted time per sample a checkpointing strategy may
   /// take, as a multiple of no checkpointing's at its own answer (e.g. 1.3:
-  /// at most 30 % slower per sample), both predicted on the affine model. 0: no limit, the largest batch that
-  /// fits whatever it costs. Without a fitting no-checkpointing answer there
-  /// is no reference and no limit. Default: 0.
+  /// at most 30 % slower per sample), both predicted on the affine model. 0: no
+  /// limit, the largest batch that fits whatever it costs. Without a fitting
+  /// no-checkpointing answer there is no reference and no limit. Default: 0.
   TORCH_ARG(double, max_time_ratio) = 0;
   /// The loss of the measured step, from the chain output. Default: the sum
   /// of the output (in fp32).
@@ -50,10 +50,10 @@ struct FitOptions {
 
 /// The largest batch one strategy trains under the cap.
 struct FitAnswer {
-  std::string strategy;      ///< "none", "checkpoint_sequential", "optimal"
-  int64_t batch = 0;         ///< 0: not even probe_batch fits
-  int64_t segments = 0;      ///< checkpoint_sequential: its segment count
-  planner::Plan plan;        ///< the plan at that batch
+  std::string strategy;  ///< "none", "checkpoint_sequential", "optimal"
+  int64_t batch = 0;     ///< 0: not even probe_batch fits
+  int64_t segments = 0;  ///< checkpoint_sequential: its segment count
+  planner::Plan plan;    ///< the plan at that batch
   int64_t predicted_peak_bytes = 0;  ///< simulate() on the chain profiled there
   double predicted_step_ms = 0;      ///< simulate()'s time there
   int64_t measured_peak_bytes = 0;   ///< the measured step's activation peak
@@ -79,9 +79,9 @@ struct FitAnswer {
 ///   for (const auto& a : answers) std::cout << a.strategy << ": " << a.batch << "\n";
 // clang-format on
 ///
-/// Throws c10::Error if cap_bytes <= 0, max_time_ratio < 0, probe_batch < 1, max_batch <
-/// probe_batch, `make_input` is empty or makes an input whose first dimension
-/// is not the batch asked for, and as profile_chain.
+/// Throws c10::Error if cap_bytes <= 0, max_time_ratio < 0, probe_batch < 1,
+/// max_batch < probe_batch, `make_input` is empty or makes an input whose first
+/// dimension is not the batch asked for, and as profile_chain.
 std::vector<FitAnswer> fit_batch(
     const std::function<torch::Tensor(int64_t)>& make_input,
     const std::vector<Stage>& stages,

@@ -29,7 +29,8 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
   CLI::App app(
       "remat: activation checkpointing and memory planning for LibTorch.\n"
       "Train a model under an activation-memory budget, profile it into a "
-      "chain, plan and explain checkpoint schedules, benchmark strategies, find "
+      "chain, plan and explain checkpoint schedules, benchmark strategies, "
+      "find "
       "the largest batch under a memory cap.",
       "remat");
   app.set_version_flag("--version", "remat 0.1.0");

@@ -27,7 +27,8 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
       ->required();
   command
       ->add_option(
-          "--probe-batch", options.probe_batch,
+          "--probe-batch",
+          options.probe_batch,
           "The smaller of the two profiled batches (the other is twice it)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
@@ -37,7 +38,8 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
       ->capture_default_str();
   command
       ->add_option(
-          "--max-time-ratio", options.max_time_ratio,
+          "--max-time-ratio",
+          options.max_time_ratio,
           "Checkpointing may cost at most this multiple of no checkpointing's "
           "predicted time per sample (0: no limit)")
       ->check(CLI::Range(0.0, 1e6))
@@ -79,10 +81,10 @@ void run_fit(const FitCommandOptions& options, const CommandIo& io) {
   text << "model  " << workload.description() << '\n'
        << "cap    " << planner::format_bytes(cap.budget_bytes())
        << " (activations plus the input, measured)\n\n";
-  text << std::left << std::setw(24) << "strategy" << std::right
-       << std::setw(8) << "batch" << std::setw(10) << "vs none" << std::setw(14)
-       << "measured" << std::setw(14) << "predicted" << std::setw(14)
-       << "ms/sample" << std::setw(10) << "vs none" << '\n';
+  text << std::left << std::setw(24) << "strategy" << std::right << std::setw(8)
+       << "batch" << std::setw(10) << "vs none" << std::setw(14) << "measured"
+       << std::setw(14) << "predicted" << std::setw(14) << "ms/sample"
+       << std::setw(10) << "vs none" << '\n';
   text << std::fixed;
   for (const FitAnswer& answer : answers) {
     std::string name = answer.strategy;
