@@ -1,7 +1,8 @@
 // Chain: validation of the cost model at construction.
 //
 // Invariant after construction: at least one stage; every byte field and the
-// input size >= 0; every time finite and >= 0; the byte total (see chain.h)
+// input size >= 0 (backward transients >= -|g_i|); every time finite and >= 0;
+// the byte total (see chain.h)
 // <= INT64_MAX / 4 so that simulate() and the solvers can add any handful of
 // sizes without overflow; the total time is finite.
 #include "remat/planner/chain.h"
@@ -34,6 +35,19 @@ void check_ms(int64_t stage, const char* field, double value) {
     fail(
         "stage " + std::to_string(stage) + " " + field +
         ": expected a finite value >= 0, got " + std::to_string(value));
+  }
+}
+
+// A backward transient may be negative, but never below -|g_i|.
+void check_backward_tmp(
+    int64_t stage, const char* field, int64_t value, int64_t gradient_bytes) {
+  if (value < -gradient_bytes) {
+    fail(
+        "stage " + std::to_string(stage) + " " + field + ": expected >= -" +
+        std::to_string(gradient_bytes) +
+        " (minus the size of the gradient the backward produces; a "
+        "backward never peaks below the bytes held before it), got " +
+        std::to_string(value));
   }
 }
 
@@ -81,14 +95,8 @@ Chain::Chain(std::vector<StageCost> stages, int64_t input_bytes)
     check_bytes(i, "forward_tmp_bytes", s.forward_tmp_bytes);
     const int64_t gradient_bytes =
         i == 0 ? input_bytes_ : stages_[i - 1].output_bytes;
-    if (s.backward_tmp_bytes < -gradient_bytes) {
-      fail(
-          "stage " + std::to_string(i) + " backward_tmp_bytes: expected >= -" +
-          std::to_string(gradient_bytes) +
-          " (minus the size of the gradient the backward produces; a "
-          "backward never peaks below the bytes held before it), got " +
-          std::to_string(s.backward_tmp_bytes));
-    }
+    check_backward_tmp(
+        i, "backward_tmp_bytes", s.backward_tmp_bytes, gradient_bytes);
     add_bytes(byte_total, i, "output_bytes", s.output_bytes, 2);
     add_bytes(byte_total, i, "saved_bytes", s.saved_bytes, 1);
     add_bytes(byte_total, i, "forward_tmp_bytes", s.forward_tmp_bytes, 1);
@@ -102,7 +110,29 @@ Chain::Chain(std::vector<StageCost> stages, int64_t input_bytes)
       check_bytes(i, "record_tmp_bytes", *s.record_tmp_bytes);
       add_bytes(byte_total, i, "record_tmp_bytes", *s.record_tmp_bytes, 1);
     }
-    total_ms += s.forward_ms + s.backward_ms;
+    double selective_ms = 0;
+    if (s.selective) {
+      const SelectiveCost& c = *s.selective;
+      check_bytes(i, "selective.saved_bytes", c.saved_bytes);
+      check_bytes(i, "selective.forward_tmp_bytes", c.forward_tmp_bytes);
+      check_backward_tmp(
+          i,
+          "selective.backward_tmp_bytes",
+          c.backward_tmp_bytes,
+          gradient_bytes);
+      check_ms(i, "selective.recompute_ms", c.recompute_ms);
+      add_bytes(byte_total, i, "selective.saved_bytes", c.saved_bytes, 1);
+      add_bytes(
+          byte_total, i, "selective.forward_tmp_bytes", c.forward_tmp_bytes, 1);
+      add_bytes(
+          byte_total,
+          i,
+          "selective.backward_tmp_bytes",
+          std::max<int64_t>(0, c.backward_tmp_bytes),
+          1);
+      selective_ms = c.recompute_ms;
+    }
+    total_ms += s.forward_ms + s.backward_ms + selective_ms;
     if (!std::isfinite(total_ms * static_cast<double>(size() + 1))) {
       fail(
           "stage " + std::to_string(i) +
@@ -130,6 +160,17 @@ int64_t Chain::value_bytes(int64_t index) const {
   return index == 0 ? input_bytes_ : stages_[index - 1].output_bytes;
 }
 
+bool operator==(const SelectiveCost& lhs, const SelectiveCost& rhs) {
+  return lhs.saved_bytes == rhs.saved_bytes &&
+         lhs.forward_tmp_bytes == rhs.forward_tmp_bytes &&
+         lhs.backward_tmp_bytes == rhs.backward_tmp_bytes &&
+         lhs.recompute_ms == rhs.recompute_ms;
+}
+
+bool operator!=(const SelectiveCost& lhs, const SelectiveCost& rhs) {
+  return !(lhs == rhs);
+}
+
 bool operator==(const StageCost& lhs, const StageCost& rhs) {
   return lhs.forward_ms == rhs.forward_ms &&
          lhs.backward_ms == rhs.backward_ms &&
@@ -137,7 +178,8 @@ bool operator==(const StageCost& lhs, const StageCost& rhs) {
          lhs.saved_bytes == rhs.saved_bytes &&
          lhs.forward_tmp_bytes == rhs.forward_tmp_bytes &&
          lhs.backward_tmp_bytes == rhs.backward_tmp_bytes &&
-         lhs.record_tmp_bytes == rhs.record_tmp_bytes;
+         lhs.record_tmp_bytes == rhs.record_tmp_bytes &&
+         lhs.selective == rhs.selective;
 }
 
 bool operator!=(const StageCost& lhs, const StageCost& rhs) {

@@ -88,6 +88,7 @@ struct StageUse {
   int64_t forwards = 0;
   int64_t checkpoints = 0;
   int64_t records = 0;
+  int64_t selectives = 0;  ///< kForwardSelective
 };
 
 std::vector<StageUse> stage_uses(const Chain& chain, const Plan& plan) {
@@ -100,6 +101,7 @@ std::vector<StageUse> stage_uses(const Chain& chain, const Plan& plan) {
     ++use.forwards;
     use.checkpoints += op.kind == OpKind::kForwardCheckpoint;
     use.records += op.kind == OpKind::kForwardRecord;
+    use.selectives += op.kind == OpKind::kForwardSelective;
   }
   return uses;
 }
@@ -122,11 +124,17 @@ void print_stages(
     std::string keeps;
     if (use.forwards == use.records && use.checkpoints == 0) {
       keeps = "record (stored from the first forward)";
+    } else if (use.forwards == use.selectives && use.checkpoints == 0) {
+      keeps = "what its policy saves (selective, " +
+              format_bytes(cost.selective->saved_bytes) + ")";
     } else if (use.checkpoints > 0) {
       keeps = "input x_" + std::to_string(i) + " (checkpoint, " +
               format_bytes(chain.value_bytes(i)) + ")";
     } else {
       keeps = "recomputed from an earlier checkpoint";
+    }
+    if (use.selectives > 0 && use.forwards > use.selectives) {
+      keeps += "; recorded selectively";
     }
     table.add_row(
         {std::to_string(i),

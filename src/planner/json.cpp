@@ -180,6 +180,43 @@ auto guarded(const char* function, Read read) {
   }
 }
 
+constexpr OpKind kOpKinds[] = {
+    OpKind::kForwardNoSave,
+    OpKind::kForwardCheckpoint,
+    OpKind::kForwardRecord,
+    OpKind::kForwardSelective,
+    OpKind::kBackward};
+
+// The "selective" object of stage `path` (every field required).
+SelectiveCost read_selective(
+    const JsonReader& r, const json& value, const std::string& stage_path) {
+  const std::string path = JsonReader::join(stage_path, "selective");
+  const json& object = r.object(value, path);
+  r.check_keys(
+      object,
+      path,
+      {"saved_bytes",
+       "forward_tmp_bytes",
+       "backward_tmp_bytes",
+       "recompute_ms"});
+  const auto at = [&](const char* key) -> const json& {
+    return r.field(object, path, key);
+  };
+  const auto key_path = [&](const char* key) {
+    return JsonReader::join(path, key);
+  };
+  SelectiveCost cost;
+  cost.saved_bytes =
+      r.non_negative_integer(at("saved_bytes"), key_path("saved_bytes"));
+  cost.forward_tmp_bytes = r.non_negative_integer(
+      at("forward_tmp_bytes"), key_path("forward_tmp_bytes"));
+  cost.backward_tmp_bytes = r.integer(
+      at("backward_tmp_bytes"), key_path("backward_tmp_bytes"));  // may be < 0
+  cost.recompute_ms =
+      r.non_negative_number(at("recompute_ms"), key_path("recompute_ms"));
+  return cost;
+}
+
 }  // namespace
 
 std::string to_json(const Chain& chain) {
@@ -194,6 +231,13 @@ std::string to_json(const Chain& chain) {
         {"backward_tmp_bytes", s.backward_tmp_bytes}};
     if (s.record_tmp_bytes) {
       stage["record_tmp_bytes"] = *s.record_tmp_bytes;
+    }
+    if (s.selective) {
+      stage["selective"] = json{
+          {"saved_bytes", s.selective->saved_bytes},
+          {"forward_tmp_bytes", s.selective->forward_tmp_bytes},
+          {"backward_tmp_bytes", s.selective->backward_tmp_bytes},
+          {"recompute_ms", s.selective->recompute_ms}};
     }
     stages.push_back(std::move(stage));
   }
@@ -221,7 +265,8 @@ Chain chain_from_json(std::string_view text) {
            "saved_bytes",
            "forward_tmp_bytes",
            "backward_tmp_bytes",
-           "record_tmp_bytes"});
+           "record_tmp_bytes",
+           "selective"});
       auto ms = [&](const char* key) {
         return r.non_negative_number(
             r.field(stage, path, key), JsonReader::join(path, key));
@@ -241,6 +286,9 @@ Chain chain_from_json(std::string_view text) {
           JsonReader::join(path, "backward_tmp_bytes"));  // may be < 0
       if (stage.contains("record_tmp_bytes")) {
         cost.record_tmp_bytes = bytes("record_tmp_bytes");
+      }
+      if (stage.contains("selective")) {
+        cost.selective = read_selective(r, stage["selective"], path);
       }
       costs.push_back(cost);
     }
@@ -275,19 +323,18 @@ Plan plan_from_json(std::string_view text) {
       const std::string kind =
           r.string(r.field(entry, path, "kind"), kind_path);
       Op op;
-      if (kind == op_kind_name(OpKind::kForwardNoSave)) {
-        op.kind = OpKind::kForwardNoSave;
-      } else if (kind == op_kind_name(OpKind::kForwardCheckpoint)) {
-        op.kind = OpKind::kForwardCheckpoint;
-      } else if (kind == op_kind_name(OpKind::kForwardRecord)) {
-        op.kind = OpKind::kForwardRecord;
-      } else if (kind == op_kind_name(OpKind::kBackward)) {
-        op.kind = OpKind::kBackward;
-      } else {
+      bool known = false;
+      for (OpKind candidate : kOpKinds) {
+        if (kind == op_kind_name(candidate)) {
+          op.kind = candidate;
+          known = true;
+        }
+      }
+      if (!known) {
         r.fail(
             kind_path,
             "expected one of forward_no_save, forward_checkpoint, "
-            "forward_record, backward, got " +
+            "forward_record, forward_selective, backward, got " +
                 JsonReader::shown(r.field(entry, path, "kind")));
       }
       op.stage = r.non_negative_integer(

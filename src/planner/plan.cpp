@@ -31,6 +31,8 @@ char op_kind_letter(OpKind kind) {
       return 'C';
     case OpKind::kForwardRecord:
       return 'R';
+    case OpKind::kForwardSelective:
+      return 'S';
     case OpKind::kBackward:
       return 'B';
   }
@@ -45,6 +47,8 @@ const char* op_kind_name(OpKind kind) {
       return "forward_checkpoint";
     case OpKind::kForwardRecord:
       return "forward_record";
+    case OpKind::kForwardSelective:
+      return "forward_selective";
     case OpKind::kBackward:
       return "backward";
   }
@@ -93,14 +97,17 @@ Plan plan_from_string(std::string_view text) {
       case 'R':
         op.kind = OpKind::kForwardRecord;
         break;
+      case 'S':
+        op.kind = OpKind::kForwardSelective;
+        break;
       case 'B':
         op.kind = OpKind::kBackward;
         break;
       default:
         fail(
             pos,
-            std::string("expected an op kind N, C, R or B, got '") + text[pos] +
-                "'");
+            std::string("expected an op kind N, C, R, S or B, got '") +
+                text[pos] + "'");
     }
     ++pos;
     size_t digits_begin = pos;

@@ -12,15 +12,19 @@
 // the values and records it creates, the gradient it ends with) but not x_a or
 // anything outside. Its first op is a forward of stage a, one of:
 //   record:  R_a, then segment (a + 1, b) with m - saved_a, then B_a.
+//   selective (if stage a has a SelectiveCost): the same with S_a and the
+//            selective costs (for a == b: S_a, B_a).
 //   split j (a < j <= b): C_a, N_{a+1} ... N_{j-1} (x_j is now held, loose),
 //            then segment (j, b) with m - |x_j| (its first op keeps x_j),
 //            then segment (a, j - 1) with m (x_j is gone, g_j is live).
 // time(a, b, m) = min over the feasible options, in this order (record, then
 // j ascending; ties go to the earlier); the whole chain is segment (0, L - 1)
-// with m = budget - input_bytes. A segment of one stage (a == b) has only
-// "record": it is the base case, held in the bounds. Every valid plan can be
-// reordered into this form without raising its time or peak; the exhaustive
-// test against all op sequences checks it.
+// with m = budget - input_bytes. A segment of one stage (a == b) has
+// "record", the base case held in the bounds, and maybe "selective". A
+// selective stage is never faster than a recorded one (recompute_ms >= 0), so
+// recording everything stays the fastest plan of every segment. Every valid
+// plan can be reordered into this form without raising its time or peak; the
+// exhaustive test against all op sequences checks it.
 //
 // Memory is counted in units (bytes, or slots with every size rounded up;
 // UnitChain) and each option is feasible from a least memory (`from`) that
@@ -31,6 +35,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "check.h"
@@ -39,16 +44,26 @@
 
 namespace remat::planner::detail {
 
+/// One way to record a stage (kForwardRecord, or kForwardSelective) with
+/// its sizes in memory units.
+struct UnitRecord {
+  int64_t saved_units = 0;         ///< the record R_a, x_{a+1} included
+  int64_t forward_tmp_units = 0;   ///< transient of the recording forward
+  int64_t backward_tmp_units = 0;  ///< transient of the backward after it
+  double ms = 0;  ///< forward and backward time of the stage recorded so
+};
+
 /// One stage with its sizes in memory units.
 struct UnitStage {
   int64_t output_units = 0;
-  int64_t saved_units = 0;
   int64_t forward_tmp_units = 0;  ///< kForwardNoSave and kForwardCheckpoint
-  int64_t record_tmp_units = 0;   ///< kForwardRecord
-  int64_t backward_tmp_units = 0;
   double forward_ms = 0;
-  double backward_ms = 0;
+  UnitRecord record;                    ///< kForwardRecord
+  std::optional<UnitRecord> selective;  ///< kForwardSelective, if it has one
 };
+
+/// Which way of recording a stage an option uses.
+enum class RecordKind { kFull, kSelective };
 
 /// A chain with sizes in units of unit_bytes, rounded up: a plan that fits
 /// in units fits in bytes.
@@ -58,14 +73,23 @@ class UnitChain {
       : size_(chain.size()),
         input_units_(round_up(chain.input_bytes(), unit_bytes)) {
     for (const StageCost& s : chain.stages()) {
-      stages_.push_back(UnitStage{
-          round_up(s.output_bytes, unit_bytes),
+      UnitStage stage;
+      stage.output_units = round_up(s.output_bytes, unit_bytes);
+      stage.forward_tmp_units = round_up(s.forward_tmp_bytes, unit_bytes);
+      stage.forward_ms = s.forward_ms;
+      stage.record = UnitRecord{
           round_up(s.saved_bytes, unit_bytes),
-          round_up(s.forward_tmp_bytes, unit_bytes),
           round_up(s.record_transient(), unit_bytes),
           round_up(s.backward_tmp_bytes, unit_bytes),
-          s.forward_ms,
-          s.backward_ms});
+          s.forward_ms + s.backward_ms};
+      if (s.selective) {
+        stage.selective = UnitRecord{
+            round_up(s.selective->saved_bytes, unit_bytes),
+            round_up(s.selective->forward_tmp_bytes, unit_bytes),
+            round_up(s.selective->backward_tmp_bytes, unit_bytes),
+            s.forward_ms + (s.backward_ms + s.selective->recompute_ms)};
+      }
+      stages_.push_back(stage);
     }
   }
   int64_t size() const {
@@ -76,6 +100,16 @@ class UnitChain {
         static_cast<uint64_t>(i) < static_cast<uint64_t>(size_),
         "stage outside the chain");
     return stages_[i];
+  }
+  /// The costs of recording stage `i` the way `kind` says. REQUIRES: the
+  /// stage has a selective way if kind is kSelective.
+  const UnitRecord& record(int64_t i, RecordKind kind) const {
+    const UnitStage& s = stage(i);
+    if (kind == RecordKind::kFull) {
+      return s.record;
+    }
+    REMAT_PLANNER_CHECK(s.selective.has_value(), "no selective cost");
+    return *s.selective;
   }
   /// |x_v| = |g_v| in units.
   int64_t value_units(int64_t v) const {
@@ -88,13 +122,15 @@ class UnitChain {
   int64_t pending_grad_units(int64_t b) const {
     return b + 1 < size() ? value_units(b + 1) : 0;
   }
-  /// Memory of the record option's own ops (R_a and B_a) in segment (a, b).
-  int64_t record_units(int64_t a, int64_t b) const {
-    const UnitStage& s = stage(a);
+  /// Memory of a record option's own ops (R_a or S_a, and B_a) in segment
+  /// (a, b).
+  int64_t record_units(
+      int64_t a, int64_t b, RecordKind kind = RecordKind::kFull) const {
+    const UnitRecord& r = record(a, kind);
     return std::max(
-        pending_grad_units(b) + s.saved_units + s.record_tmp_units,
-        s.saved_units + value_units(a + 1) + value_units(a) +
-            s.backward_tmp_units);
+        pending_grad_units(b) + r.saved_units + r.forward_tmp_units,
+        r.saved_units + value_units(a + 1) + value_units(a) +
+            r.backward_tmp_units);
   }
 
  private:
@@ -189,10 +225,12 @@ class SplitAt {
 ///                                       first = (j, b), second = (a, j - 1)
 struct SegmentOption {
   static constexpr int64_t kRecord = -1;
+  static constexpr int64_t kSelective = -2;
 
   int64_t a = 0;
   int64_t b = 0;
-  /// j of "split at j", or kRecord.
+  /// j of "split at j", or kRecord, or kSelective (record stage a
+  /// selectively).
   int64_t split = kRecord;
   /// Least memory (units) at which the option is feasible.
   int64_t from = 0;
@@ -202,13 +240,18 @@ struct SegmentOption {
   /// Memory the option holds while its first subsegment runs: saved_a
   /// (record) or |x_j| (split j).
   int64_t shift = 0;
-  /// The subsegment that runs first, at m - shift.
+  /// The subsegment that runs first, at m - shift; nullptr for the
+  /// selective option of a one-stage segment (it has none).
   const SegmentCell* first = nullptr;
   /// The split's subsegment that runs second, at m; nullptr for a record.
   const SegmentCell* second = nullptr;
 
+  /// Records stage a (fully or selectively): one subsegment at most.
   bool is_record() const {
-    return split == kRecord;
+    return split < 0;
+  }
+  bool is_selective() const {
+    return split == kSelective;
   }
 };
 
@@ -229,19 +272,34 @@ class Recurrence {
     return cells_->at(a, b);
   }
 
-  /// The record option of segment (a, b). REQUIRES: a < b (a one-stage
-  /// segment is the base case; the cell lookup of (a + 1, b) checks it).
-  SegmentOption record(int64_t a, int64_t b) const {
-    const UnitStage& s = chain_->stage(a);
+  /// The record option of segment (a, b): stage a recorded the way `kind`
+  /// says, then segment (a + 1, b). REQUIRES: a < b, or a == b for
+  /// kSelective (a one-stage segment's full record is the base case, held
+  /// in the bounds); a selective way for kSelective.
+  SegmentOption record(
+      int64_t a, int64_t b, RecordKind kind = RecordKind::kFull) const {
+    const UnitRecord& r = chain_->record(a, kind);
     SegmentOption option;
     option.a = a;
     option.b = b;
-    option.first = &cells_->at(a + 1, b);
-    option.from =
-        std::max(chain_->record_units(a, b), s.saved_units + option.first->lo);
-    option.constant_ms = s.forward_ms + s.backward_ms;
-    option.shift = s.saved_units;
+    option.split = kind == RecordKind::kFull ? SegmentOption::kRecord
+                                             : SegmentOption::kSelective;
+    option.from = chain_->record_units(a, b, kind);
+    if (a < b) {
+      option.first = &cells_->at(a + 1, b);
+      option.from = std::max(option.from, r.saved_units + option.first->lo);
+    } else {
+      REMAT_PLANNER_CHECK(
+          kind == RecordKind::kSelective, "a one-stage full record option");
+    }
+    option.constant_ms = r.ms;
+    option.shift = r.saved_units;
     return option;
+  }
+
+  /// Whether stage a has a selective way to be recorded.
+  bool has_selective(int64_t a) const {
+    return chain_->stage(a).selective.has_value();
   }
 
   /// The first split (j = a + 1) of the segments that start at a;
@@ -268,11 +326,21 @@ class Recurrence {
     return option;
   }
 
-  /// Calls visit(option) for every option of segment (a, b), a < b, in the
-  /// recurrence's order: record, then split j = a + 1, ..., b.
+  /// Calls visit(option) for every option of segment (a, b) in the
+  /// recurrence's order: record, selective record (if stage a has one),
+  /// then split j = a + 1, ..., b. A one-stage segment (a == b) has only its
+  /// selective option here (its full record is the base case).
   template <typename Visit>
   void for_each_option(int64_t a, int64_t b, Visit&& visit) const {
-    visit(record(a, b));
+    if (a < b) {
+      visit(record(a, b));
+    }
+    if (has_selective(a)) {
+      visit(record(a, b, RecordKind::kSelective));
+    }
+    if (a == b) {
+      return;
+    }
     for (SplitAt split = first_split(a);; split.advance()) {
       visit(this->split(split, b));
       if (split.split() == b) {

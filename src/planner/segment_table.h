@@ -76,9 +76,11 @@ class SegmentArray {
 /// which SegmentCostTable attaches. One cell per segment, so that the fill
 /// finds a segment's lo, its row and its pruning bound in one place.
 struct SegmentCell {
-  int64_t lo = 0;     ///< least memory (units) of any plan of the segment
-  int64_t hi = 0;     ///< memory (units) at which recording everything fits
-  double all_ms = 0;  ///< time of recording everything (no recomputation)
+  int64_t lo = 0;  ///< least memory (units) of any plan of the segment
+  int64_t hi = 0;  ///< memory (units) at which recording everything fits
+  /// Time of recording everything (no recomputation), summed in Time stage
+  /// by stage as the record options sum it.
+  double all_ms = 0;
 
   Time* times = nullptr;  ///< the row: times for m in [lo, lo + count)
   int64_t count = 0;      ///< max_slots - lo + 1, or 0 if lo > max_slots

@@ -27,13 +27,18 @@
 //     kForwardNoSave: x_{i+1} becomes kLoose; a kLoose x_i is dropped.
 //     kForwardCheckpoint: x_{i+1} becomes kLoose; a kLoose x_i becomes kKept.
 //     kForwardRecord: R_i held, x_{i+1} kInRecord; a kLoose x_i becomes kKept.
+//     kForwardSelective: as kForwardRecord with the stage's SelectiveCost
+//       (REQUIRES one): R_i is selective->saved_bytes, the transient
+//       selective->forward_tmp_bytes.
 //   kBackward: REQUIRES the backwards run in order L-1, ..., 0 (each once) and
 //     R_i held (x_i is then held too). The first backward (stage L-1) first
 //     allocates g_L, the gradient of the chain output. Peak
 //     B + |g_i| + backward_tmp_bytes (which may be negative, down to -|g_i|).
 //     Then R_i and g_{i+1} are freed, g_i is
 //     live, and a kKept x_i (i > 0) is dropped: nothing needs it any more.
-//     Time += backward_ms.
+//     Time += backward_ms. After kForwardSelective the backward's transient
+//     is selective->backward_tmp_bytes, what it frees selective->saved_bytes,
+//     and its time backward_ms + selective->recompute_ms.
 //   End: REQUIRES every backward run. g_0 stays live to the end (counted).
 //
 // There is no explicit "drop" op: lifetimes follow from the rules above, which
@@ -56,7 +61,7 @@ std::string value_name(int64_t v) {
 Replay::Replay(const Chain& chain)
     : chain_(&chain),
       holding_(chain.size() + 1, Holding::kAbsent),
-      recorded_(chain.size(), false),
+      recorded_(chain.size(), kNotRecorded),
       next_backward_(chain.size() - 1),
       current_bytes_(chain.input_bytes()),
       peak_bytes_(chain.input_bytes()),
@@ -79,7 +84,11 @@ bool Replay::recorded(int64_t stage) const {
         "remat::planner::Replay::recorded: stage " + std::to_string(stage) +
         " out of range [0, " + std::to_string(chain_->size()) + ")");
   }
-  return recorded_[stage];
+  return recorded_[stage] != kNotRecorded;
+}
+
+bool Replay::recorded_selectively(int64_t stage) const {
+  return recorded(stage) && recorded_[stage] == kSelectiveRecord;
 }
 
 std::string Replay::apply(const Op& op) {
@@ -100,7 +109,7 @@ std::string Replay::apply(const Op& op) {
              " out of order, expected the backward of stage " +
              std::to_string(next_backward_);
     }
-    if (!recorded_[i]) {
+    if (recorded_[i] == kNotRecorded) {
       return "backward of stage " + std::to_string(i) +
              ", which is not recorded";
     }
@@ -112,12 +121,16 @@ std::string Replay::apply(const Op& op) {
     if (i == n - 1) {
       live += chain_->value_bytes(n);  // g_L appears with the backward phase
     }
+    const bool selective = recorded_[i] == kSelectiveRecord;
     const int64_t grad_in = chain_->value_bytes(i + 1);
     const int64_t grad_out = chain_->value_bytes(i);
-    last_op_peak_bytes_ = live + grad_out + cost.backward_tmp_bytes;
+    last_op_peak_bytes_ = live + grad_out +
+                          (selective ? cost.selective->backward_tmp_bytes
+                                     : cost.backward_tmp_bytes);
     peak_bytes_ = std::max(peak_bytes_, last_op_peak_bytes_);
-    live += grad_out - grad_in - cost.saved_bytes;
-    recorded_[i] = false;
+    live += grad_out - grad_in -
+            (selective ? cost.selective->saved_bytes : cost.saved_bytes);
+    recorded_[i] = kNotRecorded;
     holding_[i + 1] = Holding::kAbsent;  // was kInRecord
     if (i > 0 && holding_[i] != Holding::kInRecord) {
       holding_[i] = Holding::kAbsent;
@@ -126,6 +139,9 @@ std::string Replay::apply(const Op& op) {
     current_bytes_ = live;
     next_backward_ = i - 1;
     time_ms_ += cost.backward_ms;
+    if (selective) {
+      time_ms_ += cost.selective->recompute_ms;
+    }
     return "";
   }
 
@@ -140,14 +156,26 @@ std::string Replay::apply(const Op& op) {
     return "forward of stage " + std::to_string(i) + " would compute " +
            value_name(i + 1) + ", which is already held";
   }
-  if (i == n - 1 && op.kind != OpKind::kForwardRecord) {
+  const bool selective = op.kind == OpKind::kForwardSelective;
+  const bool record = op.kind == OpKind::kForwardRecord || selective;
+  if (i == n - 1 && !record) {
     return "forward of the last stage " + std::to_string(i) +
-           " must be kForwardRecord (its output only feeds the loss)";
+           " must be kForwardRecord or kForwardSelective (its output only "
+           "feeds the loss)";
   }
-  const bool record = op.kind == OpKind::kForwardRecord;
-  const int64_t produced = record ? cost.saved_bytes : cost.output_bytes;
-  const int64_t transient =
-      record ? cost.record_transient() : cost.forward_tmp_bytes;
+  if (selective && !cost.selective) {
+    return "selective forward of stage " + std::to_string(i) +
+           ", which has no selective cost (StageCost::selective is unset)";
+  }
+  int64_t produced = cost.output_bytes;
+  int64_t transient = cost.forward_tmp_bytes;
+  if (selective) {
+    produced = cost.selective->saved_bytes;
+    transient = cost.selective->forward_tmp_bytes;
+  } else if (record) {
+    produced = cost.saved_bytes;
+    transient = cost.record_transient();
+  }
   last_op_peak_bytes_ = current_bytes_ + produced + transient;
   peak_bytes_ = std::max(peak_bytes_, last_op_peak_bytes_);
   current_bytes_ += produced;
@@ -166,8 +194,9 @@ std::string Replay::apply(const Op& op) {
       }
       break;
     case OpKind::kForwardRecord:
+    case OpKind::kForwardSelective:
       holding_[i + 1] = Holding::kInRecord;
-      recorded_[i] = true;
+      recorded_[i] = selective ? kSelectiveRecord : kFullRecord;
       if (holding_[i] == Holding::kLoose) {
         holding_[i] = Holding::kKept;
       }

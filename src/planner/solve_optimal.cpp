@@ -53,6 +53,7 @@ using detail::FillKind;
 using detail::kInfeasible;
 using detail::min_plus_one;
 using detail::min_plus_two;
+using detail::RecordKind;
 using detail::Recurrence;
 using detail::SegmentArray;
 using detail::SegmentCell;
@@ -61,7 +62,7 @@ using detail::SegmentOption;
 using detail::SplitAt;
 using detail::Time;
 using detail::UnitChain;
-using detail::UnitStage;
+using detail::UnitRecord;
 
 // The cells of every segment with their bounds (lo, hi, all_ms), no rows
 // yet. O(L^3). lo is the least `from` of the segment's options; hi and
@@ -74,19 +75,24 @@ SegmentArray<SegmentCell> segment_bounds(const UnitChain& chain) {
   const Recurrence recurrence(chain, cells);
   for (int64_t a = n - 1; a >= 0; --a) {
     for (int64_t b = a; b < n; ++b) {
-      const UnitStage& s = chain.stage(a);
+      const UnitRecord& r = chain.stage(a).record;
       const int64_t own = chain.record_units(a, b);
       SegmentCell& cell = cells.at(a, b);
-      if (a == b) {
-        cell.lo = own;
-        cell.hi = own;
-        cell.all_ms = s.forward_ms + s.backward_ms;
-        continue;
-      }
-      const SegmentCell& rest = cells.at(a + 1, b);
-      cell.hi = std::max(own, s.saved_units + rest.hi);
-      cell.all_ms = (s.forward_ms + s.backward_ms) + rest.all_ms;
       int64_t lo = std::numeric_limits<int64_t>::max();
+      if (a == b) {
+        cell.hi = own;
+        cell.all_ms = static_cast<Time>(r.ms);
+        lo = own;
+      } else {
+        const SegmentCell& rest = cells.at(a + 1, b);
+        cell.hi = std::max(own, r.saved_units + rest.hi);
+        // In the table's float, summed as the record option sums it, so
+        // that no option's float time falls below the tail (a selective
+        // stage with no recomputation would otherwise undercut it by a
+        // rounding step, and the fill's pruning relies on rows that never
+        // rise with m).
+        cell.all_ms = static_cast<Time>(r.ms) + static_cast<Time>(rest.all_ms);
+      }
       recurrence.for_each_option(a, b, [&](const SegmentOption& option) {
         lo = std::min(lo, option.from);
       });
@@ -99,6 +105,9 @@ SegmentArray<SegmentCell> segment_bounds(const UnitChain& chain) {
 // The time of `option` at memory m (>= option.from), by the float expression
 // of SegmentOption. REQUIRES: the option's cells have their rows.
 Time option_time(const SegmentOption& option, int64_t m) {
+  if (option.first == nullptr) {
+    return static_cast<Time>(option.constant_ms);  // one-stage selective
+  }
   const Time first = static_cast<Time>(option.constant_ms) +
                      option.first->at(m - option.shift);
   return option.is_record() ? first : first + option.second->at(m);
@@ -197,6 +206,9 @@ void fill_row_of_block(
     const SegmentCell& cell = table.row(a, b);
     target(b) = Target{&cell, table.computed_top(cell)};
     relax(target(b), recurrence.record(a, b));
+    if (recurrence.has_selective(a)) {
+      relax(target(b), recurrence.record(a, b, RecordKind::kSelective));
+    }
   }
   for (SplitAt split = recurrence.first_split(a); split.split() < end_b;
        split.advance()) {
@@ -262,12 +274,33 @@ void fill_block(
   progress.set_next_row(k, -1);
 }
 
+// The rows of the one-stage segments (a, a) whose stage has a selective
+// way: below hi, where recording fits no longer, the selective option's
+// constant time. Before every other row, which reads them.
+void fill_one_stage_rows(
+    const Recurrence& recurrence, SegmentCostTable& table) {
+  for (int64_t a = 0; a < recurrence.chain().size(); ++a) {
+    if (!recurrence.has_selective(a)) {
+      continue;
+    }
+    const SegmentCell& cell = table.row(a, a);
+    const SegmentOption option =
+        recurrence.record(a, a, RecordKind::kSelective);
+    for (int64_t m = option.from; m <= table.computed_top(cell); ++m) {
+      Time& best = *cell.at_address(m);
+      best = std::min(best, option_time(option, m));
+    }
+    table.finish_row(a, a);
+  }
+}
+
 // Fills the table with `threads` threads (the caller's included); thread t
 // fills blocks t, t + threads, ... Each cell is computed by the same
 // operations in the same order whatever the thread count, so the table (and
 // the plan) does not depend on it.
 void fill_table(
     const Recurrence& recurrence, SegmentCostTable& table, int64_t threads) {
+  fill_one_stage_rows(recurrence, table);
   const int64_t blocks = (recurrence.chain().size() + kBlock - 1) / kBlock;
   threads = std::max<int64_t>(1, std::min(threads, blocks));
   BlockProgress progress(blocks);
@@ -291,7 +324,7 @@ void fill_table(
 void reference_fill(const Recurrence& recurrence, SegmentCostTable& table) {
   const int64_t n = recurrence.chain().size();
   for (int64_t b = 0; b < n; ++b) {
-    for (int64_t a = b - 1; a >= 0; --a) {
+    for (int64_t a = b; a >= 0; --a) {
       const SegmentCell& target = table.row(a, b);
       const int64_t top = table.computed_top(target);
       recurrence.for_each_option(a, b, [&](const SegmentOption& option) {
@@ -333,8 +366,13 @@ void walk(
   }
   REMAT_PLANNER_CHECK(m >= option->from, "the chosen option does not fit");
   if (option->is_record()) {
-    plan.ops.push_back({OpKind::kForwardRecord, a});
-    walk(recurrence, a + 1, b, m - option->shift, choose, plan);
+    plan.ops.push_back(
+        {option->is_selective() ? OpKind::kForwardSelective
+                                : OpKind::kForwardRecord,
+         a});
+    if (a < b) {
+      walk(recurrence, a + 1, b, m - option->shift, choose, plan);
+    }
     plan.ops.push_back({OpKind::kBackward, a});
     return;
   }
@@ -387,10 +425,10 @@ Plan fastest_plan(const Recurrence& recurrence, const SegmentCostTable& table) {
 Plan min_memory_plan(const Recurrence& recurrence) {
   const auto least = [&](int64_t a, int64_t b, int64_t /*m*/) {
     std::optional<SegmentOption> first;
-    if (a == b) {
-      return first;
-    }
     const int64_t lo = recurrence.cell(a, b).lo;
+    if (a == b && lo == recurrence.cell(a, b).hi) {
+      return first;  // recording the stage needs least
+    }
     recurrence.for_each_option(a, b, [&](const SegmentOption& option) {
       if (!first && option.from == lo) {
         first = option;
@@ -431,6 +469,14 @@ int64_t common_byte_factor(const Chain& chain) {
           s.record_transient(),
           s.backward_tmp_bytes}) {
       factor = std::gcd(factor, bytes < 0 ? -bytes : bytes);
+    }
+    if (s.selective) {
+      for (int64_t bytes :
+           {s.selective->saved_bytes,
+            s.selective->forward_tmp_bytes,
+            s.selective->backward_tmp_bytes}) {
+        factor = std::gcd(factor, bytes < 0 ? -bytes : bytes);
+      }
     }
   }
   return factor;

@@ -53,6 +53,24 @@ TEST(Chain, RejectsANegativeRecordTransient) {
   EXPECT_NE(error.find("-5"), std::string::npos) << error;
 }
 
+TEST(Chain, ChecksSelectiveCostsAsTheFieldsOfTheSameName) {
+  StageCost stage{1, 1, 10, 10};
+  stage.selective = SelectiveCost{4, 0, -3, 0.25};
+  EXPECT_EQ(error_of({stage}, 3), "");  // backward tmp down to -|x_0| = -3
+  stage.selective->backward_tmp_bytes = -4;
+  std::string error = error_of({stage}, 3);
+  EXPECT_NE(error.find("selective.backward_tmp_bytes"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("-4"), std::string::npos) << error;
+  stage.selective = SelectiveCost{-1, 0, 0, 0};
+  error = error_of({stage}, 3);
+  EXPECT_NE(error.find("stage 0 selective.saved_bytes"), std::string::npos)
+      << error;
+  stage.selective = SelectiveCost{1, 0, 0, -0.5};
+  error = error_of({stage}, 3);
+  EXPECT_NE(error.find("selective.recompute_ms"), std::string::npos) << error;
+}
+
 TEST(Chain, AcceptsANegativeBackwardTransientDownToMinusTheGradient) {
   // Stage 1's backward produces g_1, of |x_1| = 10 bytes.
   StageCost first{1, 1, 10, 10};

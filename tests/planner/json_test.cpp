@@ -28,7 +28,7 @@ const char* kGoodChain =
 TEST(ChainJson, RoundTripsExactly) {
   std::mt19937_64 rng(99);
   for (int k = 0; k < 100; ++k) {
-    const Chain chain = testing::random_chain(rng, 20, 1 << 30);
+    const Chain chain = testing::random_chain(rng, 20, 1 << 30, true, k % 2);
     EXPECT_EQ(chain_from_json(to_json(chain)), chain);
   }
   EXPECT_EQ(chain_from_json(kGoodChain).stage(0).backward_tmp_bytes, 4);
@@ -78,6 +78,27 @@ TEST(ChainJson, NamesTheFieldAndValueOfBadInput) {
                                  "non-negative integer, got -24"),
       std::string::npos)
       << chain_error(negative);
+  // The selective object: every field required, unknown fields refused.
+  std::string selective = kGoodChain;
+  const std::string tail = "\"backward_tmp_bytes\": 4";
+  selective.replace(
+      selective.find(tail),
+      tail.size(),
+      tail + R"(, "selective": {"saved_bytes": 20, "forward_tmp_bytes": 0,
+      "backward_tmp_bytes": 0})");
+  EXPECT_NE(
+      chain_error(selective).find(
+          "stages[0].selective.recompute_ms: missing field"),
+      std::string::npos)
+      << chain_error(selective);
+  selective.replace(
+      selective.find("\"backward_tmp_bytes\": 0}"),
+      24,
+      "\"backward_tmp_bytes\": 0, \"recompute_ms\": 0.5}");
+  EXPECT_EQ(chain_error(selective), "") << selective;
+  EXPECT_EQ(
+      chain_from_json(selective).stage(0).selective,
+      (SelectiveCost{20, 0, 0, 0.5}));
 }
 
 TEST(PlanJson, RoundTripsAndRejectsBadOps) {

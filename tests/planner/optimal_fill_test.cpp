@@ -33,7 +33,8 @@ TEST(OptimalFill, MatchesReferenceFillOnRandomChains) {
     const uint64_t seed = kBaseSeed + c;
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
-    const Chain chain = random_chain(rng, 40, 1 << 12);
+    // Odd chains have selective stages (a third option per segment).
+    const Chain chain = random_chain(rng, 40, 1 << 12, true, c % 2 == 1);
     const int64_t low = min_feasible_budget_bytes(chain);
     const int64_t high = simulate(chain, solve_store_all(chain)).peak_bytes;
     std::uniform_real_distribution<double> where(0.0, 1.0);

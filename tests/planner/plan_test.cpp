@@ -14,8 +14,10 @@ TEST(PlanText, WritesOneLetterAndTheStagePerOp) {
       {{OpKind::kForwardCheckpoint, 0},
        {OpKind::kForwardNoSave, 1},
        {OpKind::kForwardRecord, 12},
+       {OpKind::kForwardSelective, 13},
+       {OpKind::kBackward, 13},
        {OpKind::kBackward, 12}}};
-  EXPECT_EQ(plan.to_string(), "C0 N1 R12 B12");
+  EXPECT_EQ(plan.to_string(), "C0 N1 R12 S13 B13 B12");
   EXPECT_EQ(Plan{}.to_string(), "");
 }
 
@@ -23,7 +25,8 @@ TEST(PlanText, ParsesWhatItWrites) {
   std::mt19937_64 rng(7);
   for (int round = 0; round < 200; ++round) {
     Plan plan;
-    std::uniform_int_distribution<int> kind(0, 3);
+    std::uniform_int_distribution<int> kind(
+        0, static_cast<int>(OpKind::kBackward));
     std::uniform_int_distribution<int64_t> stage(0, 1000);
     for (int k = 0; k < round % 17; ++k) {
       plan.ops.push_back({static_cast<OpKind>(kind(rng)), stage(rng)});

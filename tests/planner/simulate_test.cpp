@@ -100,6 +100,47 @@ TEST(Simulate, NamesTheFirstBrokenRule) {
   }
 }
 
+// three_stages() with a selective way for stages 1 and 2: saved 12 and 22
+// (output + 2), forward tmp 1, backward tmp 9, recompute 0.5 ms.
+Chain three_stages_selective() {
+  std::vector<StageCost> stages = three_stages().stages();
+  for (int64_t i = 1; i < 3; ++i) {
+    stages[i].selective = SelectiveCost{10 * (i + 1) + 2, 1, 9, 0.5};
+  }
+  return Chain(stages, 4);
+}
+
+TEST(Simulate, CountsSelectiveForwardsWithTheirOwnCosts) {
+  const Chain chain = three_stages_selective();
+  const Simulation sim = simulate(chain, plan_from_string("R0 S1 S2 B2 B1 B0"));
+  ASSERT_TRUE(sim.valid) << sim.error;
+  // R0: 4 + 15 + 3 = 22. S1: 19 + 22 + 1 = 42. S2: 41 + 32 + 1 = 74.
+  // B2: 4 + 15 + 22 + 32 + g_3 30 + g_2 20 + 9 = 132; then R_2, g_3 go:
+  // 4 + 15 + 22 + 20 = 61. B1: 61 + g_1 10 + 9 = 80; then 4 + 15 + 10.
+  // B0: 29 + g_0 4 + 7 = 40.
+  EXPECT_EQ(sim.peak_bytes, 132);
+  EXPECT_EQ(sim.op_peak_bytes[4], 80);
+  EXPECT_EQ(sim.live_after_bytes[4], 4 + 15 + 10);
+  EXPECT_DOUBLE_EQ(sim.time_ms, (1 + 2 + 3) + (2 + 3.5 + 4.5));
+}
+
+TEST(Simulate, RefusesASelectiveForwardOfAStageWithoutSelectiveCost) {
+  const Chain chain = three_stages_selective();
+  const Simulation sim = simulate(chain, plan_from_string("S0 R1 R2"));
+  EXPECT_FALSE(sim.valid);
+  EXPECT_NE(
+      sim.error.find("op 0 (S0): selective forward of stage 0, which "
+                     "has no selective cost"),
+      std::string::npos)
+      << sim.error;
+  // The last stage may be run selectively; any other forward is refused.
+  EXPECT_TRUE(simulate(chain, plan_from_string("R0 R1 S2 B2 B1 B0")).valid);
+  EXPECT_NE(
+      simulate(chain, plan_from_string("R0 R1 C2"))
+          .error.find("must be kForwardRecord or kForwardSelective"),
+      std::string::npos);
+}
+
 TEST(Replay, LeavesTheStateUnchangedOnABadOp) {
   const Chain chain = three_stages();
   Replay replay(chain);
@@ -109,6 +150,7 @@ TEST(Replay, LeavesTheStateUnchangedOnABadOp) {
   EXPECT_TRUE(replay.apply({OpKind::kForwardRecord, 0}).empty());
   EXPECT_EQ(replay.holding(1), Replay::Holding::kInRecord);
   EXPECT_TRUE(replay.recorded(0));
+  EXPECT_FALSE(replay.recorded_selectively(0));
 }
 
 }  // namespace

@@ -22,12 +22,16 @@ namespace remat::planner::testing {
 /// A chain of 1..max_stages stages with byte sizes in [0, max_bytes] (saved
 /// bytes usually >= output bytes), times in (0, 4]. With with_tmp, some
 /// stages get transients: forward, recorded forward (record_tmp_bytes), and
-/// backward, which is sometimes negative (down to -|x_i|).
+/// backward, which is sometimes negative (down to -|x_i|). With
+/// with_selective, most stages also get a selective way to run: saved bytes
+/// usually between the output and the full record (sometimes more), its own
+/// transients, a recomputation time up to the forward's (sometimes 0).
 inline Chain random_chain(
     std::mt19937_64& rng,
     int64_t max_stages,
     int64_t max_bytes,
-    bool with_tmp = true) {
+    bool with_tmp = true,
+    bool with_selective = false) {
   std::uniform_int_distribution<int64_t> count(1, max_stages);
   std::uniform_int_distribution<int64_t> bytes(1, max_bytes);
   std::uniform_int_distribution<int64_t> small(0, max_bytes / 2);
@@ -52,6 +56,20 @@ inline Chain random_chain(
         s.backward_tmp_bytes = -static_cast<int64_t>(
             fraction(rng) * static_cast<double>(stage_input));
       }
+    }
+    if (with_selective && !sometimes(rng)) {
+      SelectiveCost c;
+      std::uniform_int_distribution<int64_t> kept(
+          s.output_bytes, std::max(s.output_bytes, s.saved_bytes));
+      c.saved_bytes = sometimes(rng) ? bytes(rng) : kept(rng);
+      c.forward_tmp_bytes = sometimes(rng) ? small(rng) : 0;
+      c.backward_tmp_bytes = sometimes(rng) ? small(rng) : 0;
+      if (sometimes(rng)) {
+        c.backward_tmp_bytes = -static_cast<int64_t>(
+            fraction(rng) * static_cast<double>(stage_input));
+      }
+      c.recompute_ms = sometimes(rng) ? 0.0 : fraction(rng) * s.forward_ms;
+      s.selective = c;
     }
     stage_input = s.output_bytes;
   }
@@ -81,7 +99,8 @@ inline std::vector<uint8_t> state_key(const Chain& chain, const Replay& r) {
     key.push_back(static_cast<uint8_t>(r.holding(v)));
   }
   for (int64_t i = 0; i < chain.size(); ++i) {
-    key.push_back(r.recorded(i) ? 1 : 0);
+    key.push_back(
+        r.recorded_selectively(i) ? 2 : static_cast<uint8_t>(r.recorded(i)));
   }
   key.push_back(static_cast<uint8_t>(r.next_backward_stage() + 1));
   return key;
@@ -94,6 +113,7 @@ inline std::vector<Op> all_ops(const Chain& chain) {
          {OpKind::kForwardNoSave,
           OpKind::kForwardCheckpoint,
           OpKind::kForwardRecord,
+          OpKind::kForwardSelective,
           OpKind::kBackward}) {
       ops.push_back({kind, i});
     }

@@ -13,6 +13,29 @@
 
 namespace remat::planner {
 
+/// Costs of running a stage selectively (kForwardSelective): its forward
+/// keeps only what a per-op policy marks for saving (remat/policy.h, e.g. the
+/// matmul outputs) and its backward first recomputes the rest. What
+/// `remat::profile_chain` measures when it is given a policy. Byte fields
+/// have the meaning of StageCost's fields of the same name.
+struct SelectiveCost {
+  /// Bytes a selective forward leaves alive until the stage's backward:
+  /// CONTAINS the output x_{i+1}, EXCLUDES the input x_i. >= 0.
+  int64_t saved_bytes = 0;
+  /// Transient extra bytes inside the selective forward, on top of the bytes
+  /// held before it plus saved_bytes. >= 0. Default: 0.
+  int64_t forward_tmp_bytes = 0;
+  /// Transient extra bytes inside the backward (the recomputed tensors
+  /// included), on top of the bytes held before it plus the gradient g_i it
+  /// produces. >= -|x_i|, as StageCost::backward_tmp_bytes. Default: 0.
+  int64_t backward_tmp_bytes = 0;
+  /// Time the backward spends recomputing what the forward did not keep, in
+  /// milliseconds, on top of StageCost::backward_ms. Finite and >= 0: a
+  /// selective stage is never faster than a recorded one (which is what lets
+  /// the solver treat recording everything as the fastest plan). Default: 0.
+  double recompute_ms = 0;
+};
+
 /// Measured costs of one stage of a chain (what `remat::profile_chain`
 /// measures). All byte fields are >= 0; times are finite and >= 0.
 ///
@@ -51,6 +74,11 @@ struct StageCost {
   /// dropout's no-grad forward frees its mask before returning; a recorded
   /// one keeps it in saved_bytes). Unset (default): forward_tmp_bytes.
   std::optional<int64_t> record_tmp_bytes = std::nullopt;
+  /// The costs of the third way to run the stage, kForwardSelective; unset
+  /// (default): the stage has none, and a plan may not run it selectively.
+  /// Its forward takes forward_ms, its backward backward_ms +
+  /// selective->recompute_ms.
+  std::optional<SelectiveCost> selective = std::nullopt;
 
   /// The transient of a recorded forward: record_tmp_bytes if set, else
   /// forward_tmp_bytes.
@@ -74,9 +102,9 @@ class Chain {
   /// backward_tmp_bytes, which must be >= -|x_i|), any time
   /// is negative or not finite, or the byte sizes summed over the chain
   /// (2 * input_bytes + sum of 2 * output_bytes + saved_bytes +
-  /// forward_tmp_bytes + backward_tmp_bytes + record_tmp_bytes) exceed
-  /// INT64_MAX / 4, or the
-  /// summed times are not finite.
+  /// forward_tmp_bytes + backward_tmp_bytes + record_tmp_bytes + the
+  /// selective byte fields) exceed INT64_MAX / 4, or the summed times are not
+  /// finite. The selective fields are checked as the fields of the same name.
   Chain(std::vector<StageCost> stages, int64_t input_bytes);
 
   /// Number of stages L (>= 1).
@@ -104,6 +132,8 @@ class Chain {
   int64_t input_bytes_;
 };
 
+bool operator==(const SelectiveCost& lhs, const SelectiveCost& rhs);
+bool operator!=(const SelectiveCost& lhs, const SelectiveCost& rhs);
 bool operator==(const StageCost& lhs, const StageCost& rhs);
 bool operator!=(const StageCost& lhs, const StageCost& rhs);
 /// Chains are equal when their input size and all stage costs are equal.

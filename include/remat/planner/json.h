@@ -4,16 +4,20 @@
 // Chain: {"input_bytes": 100, "stages": [{"forward_ms": 1.5,
 //   "backward_ms": 3, "output_bytes": 100, "saved_bytes": 150,
 //   "forward_tmp_bytes": 0, "backward_tmp_bytes": 0,
-//   "record_tmp_bytes": 0}, ...]}  (record_tmp_bytes is optional)
+//   "record_tmp_bytes": 0, "selective": {"saved_bytes": 100,
+//   "forward_tmp_bytes": 0, "backward_tmp_bytes": 50,
+//   "recompute_ms": 0.5}}, ...]}  (record_tmp_bytes and selective are
+//   optional; inside selective every field is required)
 // Plan:  {"ops": [{"kind": "forward_record", "stage": 0},
 //   {"kind": "backward", "stage": 0}]}
 // clang-format on
 // Kinds: "forward_no_save", "forward_checkpoint", "forward_record",
-// "backward". Every field but record_tmp_bytes is required (absent: unset, the
-// recorded forward's transient is forward_tmp_bytes); unknown fields are
-// rejected (they are usually typos). Byte sizes and stages are JSON integers,
-// non-negative except backward_tmp_bytes (see StageCost); times are numbers.
-// The JSON library is an implementation detail (not in this header).
+// "forward_selective", "backward". Every field but record_tmp_bytes and
+// selective is required (absent: unset; the recorded forward's transient is
+// then forward_tmp_bytes, and the stage has no selective way to run); unknown
+// fields are rejected (they are usually typos). Byte sizes and stages are JSON
+// integers, non-negative except backward_tmp_bytes (see StageCost); times are
+// numbers. The JSON library is an implementation detail (not in this header).
 #pragma once
 
 #include <string>

@@ -9,7 +9,8 @@
 //   plan  := "" | op (" " op)*
 //   op    := kind index
 //   kind  := "N" (kForwardNoSave) | "C" (kForwardCheckpoint)
-//          | "R" (kForwardRecord) | "B" (kBackward)
+//          | "R" (kForwardRecord) | "S" (kForwardSelective)
+//          | "B" (kBackward)
 //   index := "0" | [1-9][0-9]*          (a stage index, fits int64)
 // Example:
 //   "C0 N1 R2 B2 R0 R1 B1 B0"
@@ -23,8 +24,8 @@
 
 namespace remat::planner {
 
-/// The four operations of the rotor model (docs/planner.md, "Ops and text
-/// form").
+/// The four operations of the rotor model, plus a selective forward
+/// (docs/planner.md, "Ops and text form").
 enum class OpKind {
   /// Run stage i without recording; keep only its output x_{i+1}. Its input
   /// x_i is dropped unless something else holds it (a checkpoint, a record,
@@ -36,8 +37,12 @@ enum class OpKind {
   /// Run stage i recording what its backward needs (saved_bytes, which
   /// contains the output x_{i+1}); the input x_i is kept until the backward.
   kForwardRecord,
-  /// Run the backward of stage i: consumes its record and the gradient of
-  /// x_{i+1}, produces the gradient of x_i.
+  /// Like kForwardRecord, but record only what the stage's per-op policy
+  /// keeps (StageCost::selective: selective->saved_bytes); its backward
+  /// first recomputes the rest. Only for stages that have a SelectiveCost.
+  kForwardSelective,
+  /// Run the backward of stage i: consumes its record (full or selective)
+  /// and the gradient of x_{i+1}, produces the gradient of x_i.
   kBackward,
 };
 
@@ -63,17 +68,17 @@ struct Plan {
   /// The operations, executed in order.
   std::vector<Op> ops;
   /// The one-line text form: ops separated by single spaces, each a kind
-  /// letter (N, C, R, B) followed by the stage index. Empty plan: "".
+  /// letter (N, C, R, S, B) followed by the stage index. Empty plan: "".
   std::string to_string() const;
 };
 
 bool operator==(const Plan& lhs, const Plan& rhs);
 bool operator!=(const Plan& lhs, const Plan& rhs);
 
-/// The letter of `kind` in the text form: 'N', 'C', 'R' or 'B'.
+/// The letter of `kind` in the text form: 'N', 'C', 'R', 'S' or 'B'.
 char op_kind_letter(OpKind kind);
 /// The name of `kind` in JSON: "forward_no_save", "forward_checkpoint",
-/// "forward_record" or "backward".
+/// "forward_record", "forward_selective" or "backward".
 const char* op_kind_name(OpKind kind);
 
 /// Parses the text form written by Plan::to_string. Inverse of to_string:

@@ -113,11 +113,19 @@ class Replay {
   /// Whether stage `stage` is recorded now. Throws std::out_of_range unless
   /// 0 <= stage < chain size.
   bool recorded(int64_t stage) const;
+  /// Whether stage `stage` is recorded now by kForwardSelective. Throws
+  /// std::out_of_range unless 0 <= stage < chain size.
+  bool recorded_selectively(int64_t stage) const;
 
  private:
+  // How a stage is recorded.
+  static constexpr uint8_t kNotRecorded = 0;
+  static constexpr uint8_t kFullRecord = 1;       // kForwardRecord
+  static constexpr uint8_t kSelectiveRecord = 2;  // kForwardSelective
+
   const Chain* chain_;
-  std::vector<Holding> holding_;  // size L + 1, indexed by value
-  std::vector<bool> recorded_;    // size L, indexed by stage
+  std::vector<Holding> holding_;   // size L + 1, indexed by value
+  std::vector<uint8_t> recorded_;  // size L, indexed by stage
   int64_t next_backward_;
   int64_t current_bytes_;
   int64_t peak_bytes_;
