@@ -45,8 +45,16 @@ PlannedChainOptions planned_options(
       .input_shape(sample.sizes().vec())
       .on_shape_change(options.on_shape_change())
       .budget(budget)
+      .selective_policy(options.selective_policy())
       .profile(options.profile())
       .solver(options.solver());
+}
+
+/// The profiling options auto_checkpoint profiles with.
+ProfileOptions profile_options(const AutoCheckpointOptions& options) {
+  ProfileOptions profile = options.profile();
+  profile.selective_policy(options.selective_policy());
+  return profile;
 }
 
 }  // namespace
@@ -56,7 +64,7 @@ PlannedSequential auto_checkpoint(
     const torch::Tensor& sample,
     Budget budget,
     const AutoCheckpointOptions& options) {
-  planner::Chain chain = profile_chain(model, sample, options.profile());
+  planner::Chain chain = profile_chain(model, sample, profile_options(options));
   planner::Plan plan = plan_within(chain, budget, options.solver());
   return PlannedSequential(
       std::move(model),
@@ -69,7 +77,8 @@ PlannedChain auto_checkpoint(
     const torch::Tensor& sample,
     Budget budget,
     const AutoCheckpointOptions& options) {
-  planner::Chain chain = profile_chain(stages, sample, options.profile());
+  planner::Chain chain =
+      profile_chain(stages, sample, profile_options(options));
   planner::Plan plan = plan_within(chain, budget, options.solver());
   return PlannedChain(
       std::move(stages),

@@ -14,6 +14,10 @@
 //    (requiring grad unless x_i is a non-float or an input that does not), so
 //    the stage's graph is kept apart from the caller's; R_i = (leaf, output),
 //    and x_{i+1} is an alias of that output.
+//  - kForwardSelective does the same inside a non-reentrant checkpoint region
+//    with the chain's selective policy (record_stage): R_i holds only what
+//    the policy keeps, and the stage's backward starts by recomputing the
+//    rest (the region's own recomputation, which preserves the buffers).
 //  - kBackward runs the stage's backward from output_i with g_{i+1}
 //    (run_stage_backward); g_i is read from the leaf's .grad. The executor
 //    hands x_{i+1} and g_{i+1} over to autograd instead of holding them for
@@ -52,6 +56,7 @@
 
 #include "compat.h"
 #include "recompute_context.h"
+#include "remat/checkpoint.h"
 #include "remat/planner/simulate.h"
 
 namespace remat::detail {
@@ -71,8 +76,10 @@ class PlanExecution {
   PlanExecution(
       std::shared_ptr<const std::vector<Stage>> stages,
       const planner::Plan& plan,
-      const torch::Tensor& input)
+      const torch::Tensor& input,
+      Policy selective_policy)
       : plan_(plan),
+        selective_policy_(std::move(selective_policy)),
         chain_(unit_chain(static_cast<int64_t>(stages->size()))),
         replay_(chain_),
         input_requires_grad_(input.requires_grad()),
@@ -112,17 +119,19 @@ class PlanExecution {
     const int64_t i = op.stage;
     if (op.kind == OpKind::kBackward) {
       run_backward(i);
-    } else if (op.kind == OpKind::kForwardRecord) {
+    } else if (
+        op.kind == OpKind::kForwardRecord ||
+        op.kind == OpKind::kForwardSelective) {
       StageRecord record;
       record.input = values_[i].detach();
       if (record.input.is_floating_point() && (i > 0 || input_requires_grad_)) {
         record.input.requires_grad_(true);
       }
-      record.output = forward_stage(i, record.input, /*record=*/true);
+      record.output = forward_stage(i, record.input, op.kind);
       values_[i + 1] = record.output.detach();
       records_[i] = std::move(record);
     } else {
-      values_[i + 1] = forward_stage(i, values_[i], /*record=*/false);
+      values_[i + 1] = forward_stage(i, values_[i], op.kind);
     }
     const std::string error = replay_.apply(op);
     TORCH_INTERNAL_ASSERT(error.empty(), "plan op rejected: ", error);
@@ -146,20 +155,27 @@ class PlanExecution {
   /// Runs stage i on `input`; replays its first forward's RNG state and
   /// restores its buffers if it ran before (NOTE: [Recompute and RNG]).
   torch::Tensor forward_stage(
-      int64_t i, const torch::Tensor& input, bool record) {
+      int64_t i, const torch::Tensor& input, OpKind kind) {
     if (!first_forward_[i]) {
       first_forward_[i].emplace(
           torch::autograd::variable_list{input}, /*preserve_rng=*/true);
-      c10::AutoGradMode grad_mode(record);
-      return call_stage(i, input);
+      return call_stage(i, input, kind);
     }
     RecomputeGuard guard(*first_forward_[i], {(*stages_)[i].module});
-    c10::AutoGradMode grad_mode(record);
-    return call_stage(i, input);
+    return call_stage(i, input, kind);
   }
 
-  torch::Tensor call_stage(int64_t i, const torch::Tensor& input) {
-    torch::Tensor output = (*stages_)[i].forward(input);
+  torch::Tensor call_stage(int64_t i, const torch::Tensor& input, OpKind kind) {
+    const Stage& stage = (*stages_)[i];
+    torch::Tensor output;
+    if (kind == OpKind::kForwardRecord) {
+      output = record_stage(stage, input, Policy{});
+    } else if (kind == OpKind::kForwardSelective) {
+      output = record_stage(stage, input, selective_policy_);
+    } else {
+      c10::NoGradGuard no_grad;
+      output = stage.forward(input);
+    }
     TORCH_CHECK(
         output.defined(),
         "remat: stage ",
@@ -181,6 +197,7 @@ class PlanExecution {
   }
 
   const planner::Plan plan_;
+  const Policy selective_policy_;  // what kForwardSelective keeps
   const planner::Chain chain_;
   planner::Replay replay_;  // points into chain_; never moved
   bool input_requires_grad_;
@@ -278,17 +295,33 @@ planner::Chain unit_chain(int64_t stages) {
   unit.backward_ms = 1;
   unit.output_bytes = 1;
   unit.saved_bytes = 1;
+  unit.selective = planner::SelectiveCost{1, 0, 0, 0};
   return planner::Chain(
       std::vector<planner::StageCost>(static_cast<size_t>(stages), unit),
       /*input_bytes=*/1);
 }
 
+torch::Tensor record_stage(
+    const Stage& stage, const torch::Tensor& leaf, const Policy& policy) {
+  c10::AutoGradMode grad_mode(true);
+  if (!policy) {
+    return stage.forward(leaf);
+  }
+  CheckpointOptions options;
+  options.policy(policy);
+  if (stage.module) {
+    options.preserve_buffers_of({stage.module});
+  }
+  return checkpoint(stage.forward, leaf, options);
+}
+
 torch::Tensor run_plan(
     std::shared_ptr<const std::vector<Stage>> stages,
     const planner::Plan& plan,
-    const torch::Tensor& input) {
-  auto execution =
-      std::make_shared<PlanExecution>(std::move(stages), plan, input);
+    const torch::Tensor& input,
+    const Policy& selective_policy) {
+  auto execution = std::make_shared<PlanExecution>(
+      std::move(stages), plan, input, selective_policy);
   torch::Tensor inner_output = execution->run_forward_phase();
   TORCH_CHECK(
       inner_output.is_floating_point() || inner_output.is_complex(),

@@ -10,6 +10,7 @@
 
 #include "remat/planner/chain.h"
 #include "remat/planner/plan.h"
+#include "remat/policy.h"
 #include "remat/stage.h"
 
 namespace remat::detail {
@@ -27,14 +28,26 @@ planner::Chain unit_chain(int64_t stages);
 /// REQUIRES: output.requires_grad(); grad_output defined, of output's shape.
 void run_stage_backward(torch::Tensor output, torch::Tensor grad_output);
 
+/// A recorded forward of `stage` on `leaf` (grad mode on), as the executor
+/// runs it and profile_chain measures it. With an empty `policy`
+/// (kForwardRecord) autograd records everything the backward needs; else
+/// (kForwardSelective) the stage runs as a non-reentrant checkpoint region
+/// under `policy` that preserves the stage module's buffers, so only what
+/// the policy keeps is recorded and the backward recomputes the rest.
+torch::Tensor record_stage(
+    const Stage& stage, const torch::Tensor& leaf, const Policy& policy);
+
 /// Runs the forward phase of `plan` (every op before the first backward) over
 /// `stages` on `input` and returns the chain output. Its grad_fn runs the rest
-/// of the plan (and keeps `stages` alive until then). REQUIRES: grad mode on;
-/// `plan` valid for stages->size() stages (checked by the caller).
+/// of the plan (and keeps `stages` alive until then); kForwardSelective ops
+/// run under `selective_policy`. REQUIRES: grad mode on; `plan` valid for
+/// stages->size() stages, and `selective_policy` non-empty if it has
+/// kForwardSelective ops (checked by the caller).
 torch::Tensor run_plan(
     std::shared_ptr<const std::vector<Stage>> stages,
     const planner::Plan& plan,
-    const torch::Tensor& input);
+    const torch::Tensor& input,
+    const Policy& selective_policy = {});
 
 /// Throws c10::Error, naming `who`, if `stages` is empty or a stage has no
 /// forward.

@@ -54,6 +54,18 @@ void check_planned_run(
       run.plan.to_string(),
       "\": ",
       simulation.error);
+  for (const planner::Op& op : run.plan.ops) {
+    TORCH_CHECK(
+        op.kind != planner::OpKind::kForwardSelective ||
+            static_cast<bool>(options.selective_policy()),
+        who,
+        ": the plan runs stage ",
+        op.stage,
+        " selectively (S",
+        op.stage,
+        ") but options.selective_policy is empty; pass the policy the "
+        "chain was profiled with");
+  }
   TORCH_CHECK(
       options.on_shape_change() != ShapePolicy::kReplan ||
           options.budget().has_value(),
@@ -87,8 +99,9 @@ torch::Tensor planned_forward(
     std::vector<int64_t> shape = input.sizes().vec();
     auto known = run.plans_by_shape.find(shape);
     if (known == run.plans_by_shape.end()) {
-      planner::Chain chain =
-          profile_chain(*run.stages, input, options.profile());
+      ProfileOptions profile = options.profile();
+      profile.selective_policy(options.selective_policy());
+      planner::Chain chain = profile_chain(*run.stages, input, profile);
       known = run.plans_by_shape
                   .emplace(
                       shape,
@@ -105,7 +118,7 @@ torch::Tensor planned_forward(
   if (!c10::GradMode::is_enabled() || !needs_grad) {
     return run_stages(*run.stages, input);
   }
-  return run_plan(run.stages, run.plan, input);
+  return run_plan(run.stages, run.plan, input, options.selective_policy());
 }
 
 }  // namespace detail

@@ -17,16 +17,19 @@
 //      backward_tmp_bytes is its peak above before + |g_i| (the gradient of
 //      x_i, whose size the model takes as x_i's). It is negative when the
 //      backward frees more than it allocates before g_i exists (a dropout
-//      stage); never below -|g_i|, since the peak is never below before.
+//      stage); never below -|g_i|, since the peak is never below before;
+//   4. with a selective policy, 2. and 3. again with the stage run as the
+//      executor runs kForwardSelective (detail::record_stage under the
+//      policy): its backward recomputes what the policy did not keep.
 // Byte fields are the maximum over the rounds (they are exact and normally
 // equal in every round); times are medians of the timed rounds.
-// exactly as the executor runs them (NOTE: [Plan execution] in
-// plan_executor.cpp), so that simulate() predicts the executor's peak. The
-// leaf of stage 0 requires grad only if the sample does, as in the executor.
-// Parameter gradients are preallocated (zeros) during profiling, as in a
-// training step after the first one, so their accumulation costs only the
-// transient it really costs; the caller's gradients, module buffers and RNG
-// state are restored at the end (RAII, also on error).
+// Recorded forwards and backwards run exactly as the executor runs them (NOTE:
+// [Plan execution] in plan_executor.cpp), so that simulate() predicts the
+// executor's peak. The leaf of stage 0 requires grad only if the sample does,
+// as in the executor. Parameter gradients are preallocated (zeros) during
+// profiling, as in a training step after the first one, so their accumulation
+// costs only the transient it really costs; the caller's gradients, module
+// buffers and RNG state are restored at the end (RAII, also on error).
 #include "remat/profile.h"
 
 #include "remat/planner/statistics.h"
@@ -59,6 +62,56 @@ int64_t buffer_bytes(const std::shared_ptr<torch::nn::Module>& module) {
   }
   return bytes;
 }
+
+/// One stage on its input, as measured in one round.
+struct RecordRun {
+  const Stage& stage;
+  const torch::Tensor& input;
+  bool leaf_requires_grad;
+  int64_t input_value_bytes;  // |x_i|, the model's |g_i|
+  bool timed;
+};
+
+/// What one way of recording a stage costs, over the rounds: the byte
+/// fields' maximum and the backward's times.
+struct RecordCost {
+  int64_t saved_bytes = 0;
+  int64_t forward_tmp_bytes = 0;
+  int64_t backward_tmp_bytes = std::numeric_limits<int64_t>::min();
+  std::vector<double> backward_times;
+
+  // A recorded forward on a leaf aliasing x_i (under `policy`, or all of
+  // it for an empty one), then its backward, as the executor runs them.
+  void measure(
+      const RecordRun& run,
+      const Policy& policy,
+      MemoryMeter& meter,
+      const c10::Device& device) {
+    torch::Tensor leaf = run.input.detach();
+    leaf.requires_grad_(run.leaf_requires_grad);
+    meter.reset();
+    torch::Tensor output = detail::record_stage(run.stage, leaf, policy);
+    const int64_t saved = meter.current_bytes() - meter.baseline_bytes();
+    saved_bytes = std::max(saved_bytes, saved);
+    forward_tmp_bytes =
+        std::max<int64_t>(forward_tmp_bytes, meter.peak_delta_bytes() - saved);
+
+    torch::Tensor grad_output = torch::ones_like(output);
+    detail::synchronize(device);
+    meter.reset();
+    const auto start = std::chrono::steady_clock::now();
+    if (output.requires_grad()) {
+      // As the executor: output and gradient are handed to autograd.
+      detail::run_stage_backward(std::move(output), std::move(grad_output));
+    }
+    detail::synchronize(device);
+    if (run.timed) {
+      backward_times.push_back(detail::elapsed_ms(start));
+    }
+    backward_tmp_bytes = std::max<int64_t>(
+        backward_tmp_bytes, meter.peak_delta_bytes() - run.input_value_bytes);
+  }
+};
 
 }  // namespace
 
@@ -103,10 +156,9 @@ planner::Chain profile_chain(
     const bool leaf_requires_grad =
         input.is_floating_point() && (i > 0 || sample.requires_grad());
     planner::StageCost cost;
-    int64_t record_tmp_bytes = 0;
-    int64_t backward_tmp_bytes = std::numeric_limits<int64_t>::min();
+    RecordCost full;
+    RecordCost selective;
     std::vector<double> forward_times;
-    std::vector<double> backward_times;
     for (int64_t round = 0; round < rounds; ++round) {
       const bool timed = round >= options.warmup();
       {  // 1. forward with nothing recorded
@@ -127,35 +179,11 @@ planner::Chain profile_chain(
             cost.forward_tmp_bytes,
             meter.peak_delta_bytes() - cost.output_bytes);
       }
-      {  // 2. recorded forward, 3. its backward
-        torch::Tensor leaf = input.detach();
-        leaf.requires_grad_(leaf_requires_grad);
-        meter.reset();
-        torch::Tensor output;
-        {
-          c10::AutoGradMode grad_mode(true);
-          output = stage.forward(leaf);
-        }
-        const int64_t saved_bytes =
-            meter.current_bytes() - meter.baseline_bytes();
-        cost.saved_bytes = std::max(cost.saved_bytes, saved_bytes);
-        record_tmp_bytes = std::max<int64_t>(
-            record_tmp_bytes, meter.peak_delta_bytes() - saved_bytes);
-
-        torch::Tensor grad_output = torch::ones_like(output);
-        detail::synchronize(device);
-        meter.reset();
-        const auto start = std::chrono::steady_clock::now();
-        if (output.requires_grad()) {
-          // As the executor: output and gradient are handed to autograd.
-          detail::run_stage_backward(std::move(output), std::move(grad_output));
-        }
-        detail::synchronize(device);
-        if (timed) {
-          backward_times.push_back(detail::elapsed_ms(start));
-        }
-        backward_tmp_bytes = std::max<int64_t>(
-            backward_tmp_bytes, meter.peak_delta_bytes() - input_value_bytes);
+      const RecordRun run{
+          stage, input, leaf_requires_grad, input_value_bytes, timed};
+      full.measure(run, Policy{}, meter, device);  // 2. and 3.
+      if (options.selective_policy()) {
+        selective.measure(run, options.selective_policy(), meter, device);
       }
     }
     // A recomputation backs up the stage module's buffers while it runs
@@ -163,10 +191,23 @@ planner::Chain profile_chain(
     // has one forward cost per stage, so both carry the backup.
     const int64_t backup_bytes = buffer_bytes(stage.module);
     cost.forward_tmp_bytes += backup_bytes;
-    cost.record_tmp_bytes = record_tmp_bytes + backup_bytes;
-    cost.backward_tmp_bytes = backward_tmp_bytes;
     cost.forward_ms = planner::median(forward_times);
-    cost.backward_ms = planner::median(backward_times);
+    cost.saved_bytes = full.saved_bytes;
+    cost.record_tmp_bytes = full.forward_tmp_bytes + backup_bytes;
+    cost.backward_tmp_bytes = full.backward_tmp_bytes;
+    cost.backward_ms = planner::median(full.backward_times);
+    if (options.selective_policy()) {
+      // Its recomputation runs inside the backward; its time is what the
+      // backward takes beyond a recorded one's (noise can make that
+      // negative: the model's recomputation is never faster than none).
+      cost.selective = planner::SelectiveCost{
+          selective.saved_bytes,
+          selective.forward_tmp_bytes + backup_bytes,
+          selective.backward_tmp_bytes,
+          std::max(
+              0.0,
+              planner::median(selective.backward_times) - cost.backward_ms)};
+    }
     stages.push_back(cost);
     {
       c10::NoGradGuard no_grad;

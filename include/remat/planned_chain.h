@@ -42,6 +42,7 @@
 #include "remat/planner/explain.h"
 #include "remat/planner/plan.h"
 #include "remat/planner/solvers.h"
+#include "remat/policy.h"
 #include "remat/profile.h"
 #include "remat/stage.h"
 
@@ -68,7 +69,14 @@ struct PlannedChainOptions {
   /// The budget re-solved under ShapePolicy::kReplan; required for kReplan.
   /// Default: none.
   TORCH_ARG(std::optional<Budget>, budget) = std::nullopt;
-  /// Profiling options used by ShapePolicy::kReplan. Default: {}.
+  /// The per-op policy (remat/policy.h) under which the plan's
+  /// kForwardSelective ops run: the one the chain was profiled with
+  /// (ProfileOptions::selective_policy). Required when the plan has such
+  /// ops; under ShapePolicy::kReplan it is also what the new shape is
+  /// profiled with. Default: empty.
+  TORCH_ARG(Policy, selective_policy) = {};
+  /// Profiling options used by ShapePolicy::kReplan (its selective_policy
+  /// is replaced by the one above). Default: {}.
   TORCH_ARG(ProfileOptions, profile) = {};
   /// Solver options used by ShapePolicy::kReplan. Default: {}.
   TORCH_ARG(planner::SolverOptions, solver) = {};
@@ -88,8 +96,9 @@ struct PlannedChainOptions {
 ///
 /// Throws c10::Error (constructor) if `stages` is empty or a stage has no
 /// forward, or the plan is not valid for stages.size() stages (the message
-/// carries planner::simulate()'s error), or on_shape_change is kReplan
-/// without a budget.
+/// carries planner::simulate()'s error), or has a kForwardSelective op
+/// without options.selective_policy, or on_shape_change is kReplan without
+/// a budget.
 class PlannedChainImpl : public torch::nn::Module {
  public:
   PlannedChainImpl(
@@ -127,6 +136,13 @@ struct AutoCheckpointOptions {
   TORCH_ARG(planner::SolverOptions, solver) = {};
   /// What the result does on another input shape. Default: kError.
   TORCH_ARG(ShapePolicy, on_shape_change) = ShapePolicy::kError;
+  /// A per-op policy (remat/policy.h, e.g. policies::save_compute_intensive())
+  /// that gives every stage a third way to run: keep only what the policy
+  /// saves and recompute the rest in the backward. Each stage is profiled
+  /// under it too (ProfileOptions::selective_policy), and the plan picks per
+  /// stage among keeping everything, keeping its input only, and this.
+  /// Default: empty (two ways, as rotor).
+  TORCH_ARG(Policy, selective_policy) = {};
 };
 
 /// The optimal plan for `chain` within `budget`: planner::solve_optimal at

@@ -20,6 +20,11 @@
 //   backward_tmp_bytes  transient peak of a backward above before + |g_i|
 //                       (negative, down to -|g_i|, when the backward frees
 //                       more than it allocates before g_i exists)
+//   selective           with ProfileOptions::selective_policy: the same
+//                       four sizes for a forward run under the policy
+//                       (saved, forward tmp, backward tmp) and the extra
+//                       backward time of its recomputation, recompute_ms =
+//                       max(0, its backward's median - backward_ms)
 // Both tmp terms include the bytes of the stage module's buffers, which a
 // recomputation backs up while it runs (so that buffers move once per step).
 // Times are the median of `repeats` runs after `warmup` runs.
@@ -38,6 +43,7 @@
 #include <torch/types.h>
 
 #include "remat/planner/chain.h"
+#include "remat/policy.h"
 #include "remat/stage.h"
 
 namespace remat {
@@ -48,6 +54,12 @@ struct ProfileOptions {
   TORCH_ARG(int64_t, warmup) = 1;
   /// Timed runs of each measurement; times are their median. Default: 3.
   TORCH_ARG(int64_t, repeats) = 3;
+  /// A per-op policy (remat/policy.h): when set, every stage is also
+  /// measured run selectively under it (StageCost::selective: what a
+  /// forward that keeps only the policy's tensors leaves alive, and what its
+  /// backward, recomputation included, costs), so the planner may choose
+  /// kForwardSelective. Default: empty (no selective costs).
+  TORCH_ARG(Policy, selective_policy) = {};
 };
 
 /// Measures the cost of every child of `model` on `sample` (the chain input

@@ -79,12 +79,15 @@ int64_t extra_forwards(const planner::Plan& plan) {
 }
 
 std::string plan_brief(const planner::Plan& plan, size_t max_chars) {
-  int64_t recorded = 0, checkpointed = 0, no_save = 0;
+  int64_t recorded = 0, selective = 0, checkpointed = 0, no_save = 0;
   std::set<int64_t> stages;
   for (const planner::Op& op : plan.ops) {
     switch (op.kind) {
       case planner::OpKind::kForwardRecord:
         ++recorded;
+        break;
+      case planner::OpKind::kForwardSelective:
+        ++selective;
         break;
       case planner::OpKind::kForwardCheckpoint:
         ++checkpointed;
@@ -102,10 +105,13 @@ std::string plan_brief(const planner::Plan& plan, size_t max_chars) {
     const size_t cut = text.rfind(' ', max_chars);
     text = text.substr(0, cut == std::string::npos ? max_chars : cut) + " ...";
   }
+  const std::string selective_part =
+      selective > 0 ? std::to_string(selective) + " selective, " : "";
   return std::to_string(stages.size()) + " stages, " +
-         std::to_string(recorded + checkpointed + no_save) + " forwards (" +
-         std::to_string(recorded) + " record, " + std::to_string(checkpointed) +
-         " checkpoint, " + std::to_string(no_save) + " no-save), " +
+         std::to_string(recorded + selective + checkpointed + no_save) +
+         " forwards (" + std::to_string(recorded) + " record, " +
+         selective_part + std::to_string(checkpointed) + " checkpoint, " +
+         std::to_string(no_save) + " no-save), " +
          std::to_string(extra_forwards(plan)) + " recomputed: " + text;
 }
 
