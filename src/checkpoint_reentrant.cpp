@@ -56,6 +56,8 @@ struct ReentrantCheckpoint
     ctx->save_for_backward(inputs.vec());
     // An enclosing selective region does not see inside this one.
     SelectiveScope suspend_selective(nullptr, nullptr);
+    // Casts made here, without grad, must not be reused by the recomputation.
+    UncachedAutocast uncached;
     variable_list outputs = state->fn(inputs.vec());
     check_outputs(outputs);
     variable_list non_differentiable;

@@ -127,8 +127,11 @@ inline c10::DeviceIndex cuda_current_device() {
 // 2.4+:       device-type-indexed functions (is_autocast_enabled(DeviceType),
 //             get_autocast_dtype(DeviceType), ...); the old ones are
 //             deprecated.
+// 1.13 - 2.14 (checked): clear_cache(), increment_nesting() and
+//             decrement_nesting() are the same; they are used directly.
 // Checkpoint recomputation captures and re-applies the whole state
-// (NOTE: [Recompute and RNG] in recompute_context.h).
+// (NOTE: [Recompute and RNG] in recompute_context.h); AutocastGuard
+// (precision.cpp) changes it through the same two calls.
 
 #include <ATen/autocast_mode.h>
 

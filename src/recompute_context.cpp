@@ -5,6 +5,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Functions.h>
+#include <ATen/autocast_mode.h>
 #include <torch/nn/module.h>
 
 #include "remat/checkpoint.h"
@@ -96,6 +97,15 @@ RecomputeGuard::~RecomputeGuard() {
   for (auto& saved : ambient_rng_) {
     RecomputeContext::restore(saved);
   }
+}
+
+UncachedAutocast::UncachedAutocast()
+    : was_enabled_(at::autocast::is_autocast_cache_enabled()) {
+  at::autocast::set_autocast_cache_enabled(false);
+}
+
+UncachedAutocast::~UncachedAutocast() {
+  at::autocast::set_autocast_cache_enabled(was_enabled_);
 }
 
 torch::autograd::variable_list detach_inputs(

@@ -73,6 +73,22 @@ class RecomputeGuard {
   std::vector<std::pair<at::Tensor, at::Tensor>> buffer_backups_;
 };
 
+/// RAII: autocast's cast cache is off for the guard's lifetime (the rest of
+/// the autocast state is untouched). For a region's first forward when it
+/// runs with grad mode off: a cast cached there has no gradient history, and
+/// a recomputation under the same autocast region would reuse it, so the
+/// parameters behind it would get no gradient (LibTorch 1.13, checked).
+class UncachedAutocast {
+ public:
+  UncachedAutocast();
+  ~UncachedAutocast();
+  UncachedAutocast(const UncachedAutocast&) = delete;
+  UncachedAutocast& operator=(const UncachedAutocast&) = delete;
+
+ private:
+  bool was_enabled_;
+};
+
 /// Detached copies of `inputs` with each one's requires_grad preserved: the
 /// leaves a recomputation starts from.
 torch::autograd::variable_list detach_inputs(

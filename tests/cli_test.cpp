@@ -478,6 +478,58 @@ TEST(RematBinary, TrainWithATransformerRecipeMatchesTheBaselineLosses) {
   EXPECT_NE(budget.err.find("--budget"), std::string::npos) << budget.err;
 }
 
+TEST(RematBinary, TrainInBf16LowersThePeakAndKeepsLossesBitwiseEqual) {
+  // The default model (the demo's GPT), a few steps, the default budget.
+  const std::string common = "train --steps 4 --baseline-steps 1 --json";
+  const ProcessResult fp32 = run_remat(common + " --precision fp32");
+  ASSERT_EQ(fp32.exit_code, 0) << describe(fp32);
+  const ProcessResult bf16 = run_remat(common + " --precision bf16");
+  ASSERT_EQ(bf16.exit_code, 0) << describe(bf16);
+  const auto full = nlohmann::json::parse(fp32.out);
+  const auto mixed = nlohmann::json::parse(bf16.out);
+  EXPECT_EQ(full["precision"], "fp32");
+  EXPECT_EQ(mixed["precision"], "bf16");
+  EXPECT_LT(mixed["last_loss"].get<double>(), mixed["first_loss"].get<double>())
+      << bf16.out;
+  EXPECT_LT(
+      mixed["activation_peak_bytes"].get<int64_t>(),
+      full["activation_peak_bytes"].get<int64_t>())
+      << "bf16:\n"
+      << bf16.out << "\nfp32:\n"
+      << fp32.out;
+  EXPECT_LT(
+      mixed["baseline"]["activation_peak_bytes"].get<int64_t>(),
+      full["baseline"]["activation_peak_bytes"].get<int64_t>());
+  EXPECT_EQ(mixed["over_budget_steps"], 0)
+      << "the plan, measured in bf16, fits its budget: " << bf16.out;
+  EXPECT_EQ(mixed["baseline"]["max_loss_difference"].get<double>(), 0.0)
+      << "the baseline runs in bf16 too: " << bf16.out;
+}
+
+TEST(RunCli, BadPrecisionExitsOneNamingTheValue) {
+  struct Case {
+    std::vector<std::string> arguments;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {{"train", "--precision", "fp8", "--steps", "1"},
+       {"--precision", "'fp8'", "fp32, bf16 or fp16"}},
+      {{"train", "--precision", "fp16", "--steps", "1"},
+       {"--precision", "'fp16'", "CUDA only"}},
+      {{"profile", "--precision", "fp16"}, {"--precision", "'fp16'"}},
+      {{"explain", "--precision", "BF16"}, {"--precision", "'BF16'"}},
+  };
+  for (const Case& test : cases) {
+    const ProcessResult result = run_in_process(test.arguments);
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    for (const std::string& text : test.expected) {
+      EXPECT_NE(result.err.find(text), std::string::npos)
+          << "missing '" << text << "' in: " << result.err;
+    }
+    EXPECT_TRUE(result.out.empty()) << result.out;
+  }
+}
+
 TEST(RematBinary, ReentrantUniformRefusesInputsThatCannotRequireGrad) {
   // The GPT's input is int64 token ids: a reentrant checkpoint would pass no
   // gradient into the checkpointed segments, so the tool refuses (exit 2).

@@ -2,11 +2,12 @@
 //
 // remat/checkpoint.h          checkpoint, checkpoint_sequential, options
 // remat/saved_tensor_hooks.h  SavedTensorHooks, install_engine
-// remat/policy.h              CheckpointPolicy, policies (selective
-// checkpointing) remat/compress.h            CompressActivations (saved tensors
-// in bf16/fp16/int8) remat/offload.h             SaveOnCpu, SaveToFile (saved
-// tensors to host or a file) remat/memory_meter.h        MemoryMeter,
-// install_tracking_allocator remat/profile.h             profile_chain
+// remat/policy.h              CheckpointPolicy, policies (selective)
+// remat/compress.h            CompressActivations (saved in bf16/fp16/int8)
+// remat/offload.h             SaveOnCpu, SaveToFile (saved to host or a file)
+// remat/memory_meter.h        MemoryMeter, install_tracking_allocator
+// remat/precision.h           Precision, AutocastGuard (mixed precision)
+// remat/profile.h             profile_chain
 // remat/stage.h               Stage (one block of any chain), stages_of
 // remat/planned_chain.h       PlannedChain, auto_checkpoint, plan_within
 // remat/planned_sequential.h  PlannedSequential, auto_checkpoint
@@ -24,6 +25,7 @@
 #include "remat/planned_sequential.h"
 #include "remat/planner.h"
 #include "remat/policy.h"
+#include "remat/precision.h"
 #include "remat/profile.h"
 #include "remat/saved_tensor_hooks.h"
 #include "remat/stage.h"

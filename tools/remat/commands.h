@@ -16,6 +16,7 @@
 #include <c10/util/Exception.h>
 #include <remat/budget.h>
 #include <remat/planner.h>
+#include <remat/precision.h>
 #include <CLI/CLI.hpp>
 
 #include "workload.h"
@@ -54,6 +55,9 @@ struct TrainOptions {
   std::string recompute = "optimal";
   /// none | bf16 | fp16 | int8: saved activations stored compressed (lossy).
   std::string compress = "none";
+  /// fp32 | bf16: the precision of profiling and of every step (baseline
+  /// included); bf16 runs them under CPU autocast.
+  std::string precision = "fp32";
   bool no_baseline = false;
   /// No-checkpoint steps interleaved with the first planned steps.
   int64_t baseline_steps = 20;
@@ -71,6 +75,8 @@ struct ProfileCommandOptions {
   std::string out = "-";
   int64_t warmup = 1;
   int64_t repeats = 3;
+  /// fp32 | bf16: the precision the chain is measured in.
+  std::string precision = "fp32";
   uint64_t seed = 0;
   int64_t threads = 2;
 };
@@ -110,6 +116,8 @@ struct ExplainOptions {
   BudgetFlags budget;
   /// Folder for the memory-over-step plot and its data; empty: no plot.
   std::string out = "remat-explain";
+  /// fp32 | bf16: the precision the model is profiled in (not --chain).
+  std::string precision = "fp32";
   bool json = false;
   uint64_t seed = 0;
   int64_t threads = 2;
@@ -144,6 +152,14 @@ void add_budget_flags(CLI::App& command, BudgetFlags& flags);
 
 /// Registers --threads and --seed.
 void add_run_flags(CLI::App& command, int64_t& threads, uint64_t& seed);
+
+/// Registers --precision (fp32, bf16 or fp16; validated with
+/// parse_precision, so any other value fails parsing with exit 1).
+void add_precision_flag(CLI::App& command, std::string& precision);
+
+/// The --precision of a command that runs on CPU. Throws UsageError naming
+/// the value for fp16 (autocast in fp16 is CUDA only) or an unknown value.
+Precision cpu_precision(const std::string& text);
 
 /// A CLI11 validator running `parse`, which throws std::invalid_argument or
 /// c10::Error for a bad value; the error's message becomes the validator's.

@@ -53,6 +53,35 @@ void add_run_flags(CLI::App& command, int64_t& threads, uint64_t& seed) {
       ->capture_default_str();
 }
 
+void add_precision_flag(CLI::App& command, std::string& precision) {
+  command
+      .add_option(
+          "--precision",
+          precision,
+          "fp32, or bf16: CPU autocast (matrix products in bfloat16, "
+          "parameters fp32). fp16 is CUDA only and refused here")
+      ->check(parsing_validator(
+          [](const std::string& text) { parse_precision(text); }, "PRECISION"))
+      ->capture_default_str();
+}
+
+Precision cpu_precision(const std::string& text) {
+  Precision precision = Precision::kFloat32;
+  try {
+    precision = parse_precision(text);
+  } catch (const c10::Error& error) {
+    throw UsageError(
+        std::string("--precision: ") + error.what_without_backtrace());
+  }
+  if (precision == Precision::kFloat16) {
+    throw UsageError(
+        "--precision: fp16 autocast is CUDA only and the remat tool runs on "
+        "CPU; expected fp32 or bf16, got '" +
+        text + "'");
+  }
+  return precision;
+}
+
 void apply_threads(int64_t threads) {
   if (threads < 1) {
     throw UsageError(

@@ -123,6 +123,7 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& options) {
           "no plot")
       ->capture_default_str();
   command->add_flag("--json", options.json, "Print JSON instead of text");
+  add_precision_flag(*command, options.precision);
   add_run_flags(*command, options.threads, options.seed);
   return command;
 }
@@ -138,10 +139,14 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
     chain = read_chain_file("--chain", options.chain_path);
     source = options.chain_path;
   } else {
+    const Precision precision = cpu_precision(options.precision);
     Workload workload(options.model, options.seed);
     const Batch sample = workload.next_batch();
-    chain = profile_chain(workload.model(), sample.inputs);
-    source = workload.description();
+    {
+      AutocastGuard autocast(c10::kCPU, precision);
+      chain = profile_chain(workload.model(), sample.inputs);
+    }
+    source = workload.description() + "; " + precision_name(precision);
   }
   const PlanChoice choice = choose_plan(
       *chain,

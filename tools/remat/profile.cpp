@@ -36,18 +36,23 @@ CLI::App* add_profile_command(CLI::App& app, ProfileCommandOptions& options) {
           "--repeats", options.repeats, "Timed runs per measurement (median)")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}))
       ->capture_default_str();
+  add_precision_flag(*command, options.precision);
   add_run_flags(*command, options.threads, options.seed);
   return command;
 }
 
 void run_profile(const ProfileCommandOptions& options, const CommandIo& io) {
   apply_threads(options.threads);
+  const Precision precision = cpu_precision(options.precision);
   Workload workload(options.model, options.seed);
   const Batch sample = workload.next_batch();
-  const planner::Chain chain = profile_chain(
-      workload.model(),
-      sample.inputs,
-      ProfileOptions().warmup(options.warmup).repeats(options.repeats));
+  const planner::Chain chain = [&] {
+    AutocastGuard autocast(c10::kCPU, precision);
+    return profile_chain(
+        workload.model(),
+        sample.inputs,
+        ProfileOptions().warmup(options.warmup).repeats(options.repeats));
+  }();
   const std::string json = planner::to_json(chain);
   if (options.out == "-") {
     io.out << json << '\n';
@@ -55,7 +60,8 @@ void run_profile(const ProfileCommandOptions& options, const CommandIo& io) {
   }
   write_text_file("--out", options.out, json + "\n");
   std::ostringstream text;
-  text << "model  " << workload.description() << '\n';
+  text << "model  " << workload.description() << "; "
+       << precision_name(precision) << '\n';
   text << "wrote  " << options.out << ": " << chain.size() << " stages, input "
        << planner::format_bytes(chain.input_bytes()) << '\n';
   text << std::left << std::setw(7) << "stage" << std::right << std::setw(12)

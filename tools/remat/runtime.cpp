@@ -155,8 +155,12 @@ Trainer::Trainer(
     const PlanChoice& choice,
     Mode mode,
     double lr,
-    std::optional<CompressOptions> compress)
-    : model_(model), executor_(model, choice, mode), compress_(compress) {
+    std::optional<CompressOptions> compress,
+    Precision precision)
+    : model_(model),
+      executor_(model, choice, mode),
+      compress_(compress),
+      precision_(precision) {
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(lr));
 }
@@ -167,23 +171,25 @@ StepResult Trainer::step(
   zero_gradients(model_);
   torch::manual_seed(seed);
   StepResult result;
-  meter_.reset();
-  const auto forward_start = Clock::now();
-  torch::Tensor loss;
   {
-    std::optional<CompressActivations> compressed;
-    if (compress_) {
-      compressed.emplace(*compress_);
+    AutocastGuard autocast(c10::kCPU, precision_);
+    meter_.reset();
+    const auto forward_start = Clock::now();
+    torch::Tensor loss;
+    {
+      std::optional<CompressActivations> compressed;
+      if (compress_) {
+        compressed.emplace(*compress_);
+      }
+      loss = workload.loss(executor_.forward(batch.inputs), batch);
     }
-    loss = workload.loss(executor_.forward(batch.inputs), batch);
+    result.forward_ms = elapsed_ms(forward_start);
+    const auto backward_start = Clock::now();
+    loss.backward();
+    result.backward_ms = elapsed_ms(backward_start);
+    result.activation_peak_bytes = meter_.peak_delta_bytes();
+    result.loss = loss.item<double>();
   }
-  result.forward_ms = elapsed_ms(forward_start);
-  const auto backward_start = Clock::now();
-  loss.backward();
-  result.backward_ms = elapsed_ms(backward_start);
-  result.activation_peak_bytes = meter_.peak_delta_bytes();
-  result.loss = loss.item<double>();
-  loss = torch::Tensor();
   if (update) {
     optimizer_->step();
   }

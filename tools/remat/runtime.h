@@ -15,11 +15,13 @@
 // A Trainer owns a model's optimizer and measures steps as
 // docs/benchmarks.md defines: parameter gradients are allocated (zeroed, not
 // freed) before the MemoryMeter is reset right before forward; the activation
-// peak is the meter's peak_delta_bytes over forward + loss + backward. The
-// optimizer step runs after the measurement. Each step reseeds the global RNG
-// with its own seed, so two trainers fed the same batches and seeds see the
-// same dropout masks and (for deterministic CPU ops) produce bitwise equal
-// losses.
+// peak is the meter's peak_delta_bytes over forward + loss + backward, which
+// run in the trainer's precision (an AutocastGuard for the CPU, whose cast
+// cache is off: a parameter's bf16 copy is a saved tensor like any other).
+// The optimizer step runs after the measurement, outside autocast. Each step
+// reseeds the global RNG with its own seed, so two trainers fed the same
+// batches and seeds see the same dropout masks and (for deterministic CPU ops)
+// produce bitwise equal losses.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,7 @@
 #include <remat/memory_meter.h>
 #include <remat/planned_sequential.h>
 #include <remat/planner.h>
+#include <remat/precision.h>
 #include <torch/torch.h>
 
 #include "strategy.h"
@@ -98,12 +101,15 @@ struct StepResult {
 class Trainer {
  public:
   /// With `compress`, the forward runs under a CompressActivations guard.
+  /// Forward, loss and backward run under an AutocastGuard for the CPU in
+  /// `precision` (its default options: no cast cache).
   Trainer(
       torch::nn::Sequential model,
       const PlanChoice& choice,
       Mode mode,
       double lr,
-      std::optional<CompressOptions> compress = std::nullopt);
+      std::optional<CompressOptions> compress = std::nullopt,
+      Precision precision = Precision::kFloat32);
   /// Forward, loss, backward (measured), then the optimizer step when
   /// `update` is true. Reseeds the global RNG with `seed` first.
   StepResult step(
@@ -120,6 +126,7 @@ class Trainer {
   Executor executor_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::optional<CompressOptions> compress_;
+  Precision precision_;
   MemoryMeter meter_;
 };
 

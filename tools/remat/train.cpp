@@ -16,7 +16,9 @@
 //   summarize  medians (warm-up steps, the first 3, left out), ratios;
 //   render   text (progress lines, then a summary) or one JSON object.
 // Peaks are compared with the budget in its units: the measured activation
-// peak plus the chain input's bytes.
+// peak plus the chain input's bytes. --precision bf16 runs profiling and
+// every step of both runs under CPU autocast (runtime.h), so the plan is made
+// from bf16 measurements and the losses still compare bitwise.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -80,6 +82,7 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
   command->add_option("--lr", options.lr, "AdamW learning rate")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  add_precision_flag(*command, options.precision);
   add_run_flags(*command, options.threads, options.seed);
   command
       ->add_option(
@@ -135,8 +138,9 @@ namespace {
 /// What one `remat train` run measured.
 struct TrainRun {
   std::string model;
-  std::string recompute;  ///< --recompute
-  std::string compress;   ///< --compress
+  std::string recompute;                      ///< --recompute
+  std::string compress;                       ///< --compress
+  Precision precision = Precision::kFloat32;  ///< --precision
   planner::Strategy strategy;
   Budget budget;
   PlanChoice choice;
@@ -188,6 +192,7 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
   }
   run.recompute = options.recompute;
   run.compress = options.compress;
+  run.precision = cpu_precision(options.precision);
   run.strategy = planner::Strategy::parse(
       recipe ? std::string("none") : options.budget.strategy);
   run.budget = Budget::parse(options.budget.budget);
@@ -199,11 +204,18 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
   run.model = workload.description();
   if (human) {
     io.out << "model     " << run.model << '\n';
+    io.out << "precision " << precision_name(run.precision)
+           << (run.precision == Precision::kFloat32
+                   ? std::string("\n")
+                   : " (CPU autocast; parameters and optimizer fp32)\n");
   }
   const Batch probe = workload.next_batch();
   check_trainable(
       run.strategy, mode, static_cast<int64_t>(model->size()), probe.inputs);
-  const planner::Chain chain = profile_chain(model, probe.inputs);
+  const planner::Chain chain = [&] {
+    AutocastGuard autocast(c10::kCPU, run.precision);
+    return profile_chain(model, probe.inputs);
+  }();
   run.input_bytes = chain.input_bytes();
   run.choice = choose_plan(
       chain,
@@ -247,14 +259,25 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
   if (with_baseline) {
     const PlanChoice none = choose_plan(
         chain, planner::Strategy::parse("none"), Budget::none(), false);
-    baseline.emplace(clone_sequential(model), none, mode, options.lr);
+    baseline.emplace(
+        clone_sequential(model),
+        none,
+        mode,
+        options.lr,
+        std::nullopt,
+        run.precision);
   }
   if (recipe) {
     models::set_recompute(
         model, models::parse_gpt_recompute(options.recompute));
   }
   Trainer trainer(
-      model, choice, mode, options.lr, parse_compress(options.compress));
+      model,
+      choice,
+      mode,
+      options.lr,
+      parse_compress(options.compress),
+      run.precision);
   if (human) {
     io.out << "executor  " << trainer.executor().description() << "; "
            << options.steps << " steps";
@@ -350,6 +373,7 @@ void render_json(
   report["model"] = run.model;
   report["recompute"] = run.recompute;
   report["compress"] = run.compress;
+  report["precision"] = precision_name(run.precision);
   report["strategy"] = run.strategy.to_string();
   report["budget"] =
       choice.budget_bytes ? run.budget.to_string() : std::string("none");
@@ -389,7 +413,8 @@ void render_text(
   const PlanChoice& choice = run.choice;
   using planner::format_bytes;
   out << "summary   " << run.steps << " steps in "
-      << format_duration(run.seconds) << '\n';
+      << format_duration(run.seconds) << ", " << precision_name(run.precision)
+      << '\n';
   out << "  loss            first " << fixed(run.losses.front(), 4)
       << " -> last " << fixed(run.losses.back(), 4) << "  (mean of first/last "
       << summary.window << ": " << fixed(summary.first_loss_mean, 4) << " -> "
