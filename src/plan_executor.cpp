@@ -174,6 +174,7 @@ class PlanExecution {
       output = record_stage(stage, input, selective_policy_);
     } else {
       c10::NoGradGuard no_grad;
+      UncachedAutocast uncached;  // a cast cached here has no history
       output = stage.forward(input);
     }
     TORCH_CHECK(

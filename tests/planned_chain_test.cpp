@@ -177,6 +177,71 @@ TEST(
   }
 }
 
+// With a selective policy every block gets a third way to run (keep the
+// matmul outputs, recompute batch norm, relu, dropout and the mask product).
+// Budgets from 20 % to 90 % of the store-all peak: the plans that run some
+// stage selectively (S) must match the plain run bitwise, with the dropout
+// masks replayed and the buffers moved once, and the measured peak must be
+// within the budget and within 10 % below simulate()'s prediction.
+TEST(PlannedChain, SelectiveStagesMatchThePlainRunWithinTheBudget) {
+  MaskedChain chain;
+  const MaskedChain::Step plain =
+      chain.step([&](const torch::Tensor& x) { return chain.plain(x); });
+  const auto profile = remat::ProfileOptions().warmup(0).repeats(1);
+  const auto policy = remat::policies::save_compute_intensive();
+  const remat::planner::Chain profiled = remat::profile_chain(
+      chain.stages,
+      chain.input,
+      remat::ProfileOptions(profile).selective_policy(policy));
+  for (int64_t i = 1; i + 1 < profiled.size(); ++i) {  // the blocks
+    const auto& stage = profiled.stage(i);
+    ASSERT_TRUE(stage.selective.has_value()) << "stage " << i;
+    EXPECT_LT(stage.selective->saved_bytes, stage.saved_bytes)
+        << "stage " << i << ": the policy keeps less than a record";
+    EXPECT_GE(stage.selective->saved_bytes, stage.output_bytes);
+  }
+  int64_t selective_plans = 0;
+  for (const char* fraction :
+       {"20%", "30%", "40%", "50%", "60%", "75%", "90%"}) {
+    SCOPED_TRACE(std::string("budget ") + fraction);
+    const remat::Budget budget = remat::Budget::parse(fraction);
+    if (budget.resolve_bytes(profiled) <
+        remat::planner::min_feasible_budget_bytes(profiled)) {
+      continue;
+    }
+    remat::PlannedChain net = remat::auto_checkpoint(
+        chain.stages,
+        chain.input,
+        budget,
+        remat::AutoCheckpointOptions().profile(profile).selective_policy(
+            policy));
+    if (net->plan().to_string().find('S') == std::string::npos) {
+      continue;
+    }
+    ++selective_plans;
+    const MaskedChain::Step planned =
+        chain.step([&](const torch::Tensor& x) { return net->forward(x); });
+    expect_same_step(plain, planned);
+    const auto simulation = remat::planner::simulate(profiled, net->plan());
+    ASSERT_TRUE(simulation.valid) << simulation.error;
+    const int64_t measured =
+        planned.activation_peak_bytes + profiled.input_bytes();
+    EXPECT_LE(measured, budget.resolve_bytes(profiled))
+        << net->plan().to_string();
+    EXPECT_LE(measured, simulation.peak_bytes) << net->plan().to_string();
+    EXPECT_GE(measured, static_cast<int64_t>(0.9 * simulation.peak_bytes))
+        << "measured " << measured << ", predicted " << simulation.peak_bytes
+        << " for " << net->plan().to_string();
+  }
+  EXPECT_GE(selective_plans, 2) << "the policy should pay off at some budgets";
+  // A plan with S ops needs the policy it was made with.
+  const remat::planner::Plan plan =
+      remat::plan_within(profiled, remat::Budget::parse("50%"));
+  if (plan.to_string().find('S') != std::string::npos) {
+    EXPECT_THROW(remat::PlannedChain(chain.stages, plan), c10::Error);
+  }
+}
+
 TEST(PlannedChain, RegistersEachModuleOnceAndEvaluatesPlainlyUnderNoGrad) {
   MaskedChain chain(3);
   // The first block used twice: registered once (under its first stage).
