@@ -317,6 +317,65 @@ TEST(PlannedChain, GptStagesWithACapturedMaskMatchTheSequential) {
       c10::Error);
 }
 
+// The GPT's blocks profiled with save_compute_intensive(): at every budget
+// of 10 %, 20 %, ..., 100 % of the store-all peak, the optimal plan with the
+// third way to run a stage is predicted at least as fast as the best plan
+// without it (the same profile, its selective costs removed), and strictly
+// faster at some budget.
+TEST(PlannedChain, SelectiveChoiceIsNeverSlowerOnTheGptAndSometimesFaster) {
+  namespace models = remat::models;
+  const auto options = models::GptOptions()
+                           .vocab(64)
+                           .seq_len(64)
+                           .layers(4)
+                           .hidden(64)
+                           .heads(2)
+                           .dropout(0.1);
+  torch::manual_seed(8);
+  torch::nn::Sequential model = models::gpt(options);
+  model->train();
+  const auto tokens = torch::randint(64, {4, 64}, torch::kLong);
+  const auto causal = torch::ones({64, 64}, torch::kBool).triu(1);
+  const remat::planner::Chain with = remat::profile_chain(
+      models::gpt_stages(model, causal),
+      tokens,
+      remat::ProfileOptions().warmup(1).repeats(3).selective_policy(
+          remat::policies::save_compute_intensive()));
+  std::vector<remat::planner::StageCost> stages = with.stages();
+  int64_t selective_stages = 0;
+  for (auto& stage : stages) {
+    selective_stages += stage.selective.has_value();
+    stage.selective.reset();
+  }
+  EXPECT_EQ(selective_stages, with.size());
+  const remat::planner::Chain without(stages, with.input_bytes());
+  const int64_t store_all =
+      remat::planner::simulate(with, remat::planner::solve_store_all(with))
+          .peak_bytes;
+  int64_t faster = 0;
+  int64_t compared = 0;
+  for (int percent = 10; percent <= 100; percent += 10) {
+    SCOPED_TRACE(std::to_string(percent) + "%");
+    const int64_t budget = store_all * percent / 100;
+    const auto three = remat::planner::solve_optimal(with, budget);
+    const auto two = remat::planner::solve_optimal(without, budget);
+    if (!two) {
+      continue;  // nothing fits without the third way; it may with it
+    }
+    ASSERT_TRUE(three.has_value());
+    const auto fast = remat::planner::simulate(with, *three);
+    const auto slow = remat::planner::simulate(without, *two);
+    ASSERT_TRUE(fast.valid) << fast.error;
+    EXPECT_LE(fast.peak_bytes, budget);
+    EXPECT_LE(fast.time_ms, slow.time_ms * (1 + 1e-6))
+        << three->to_string() << " vs " << two->to_string();
+    faster += fast.time_ms < slow.time_ms * (1 - 1e-6);
+    ++compared;
+  }
+  EXPECT_GE(compared, 5);
+  EXPECT_GE(faster, 1);
+}
+
 TEST(PlannedChain, RefusesEmptyChainsStagesWithoutForwardAndBadPlans) {
   auto expect_error = [](const std::function<void()>& make,
                          const std::string& message) {
