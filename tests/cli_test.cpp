@@ -506,6 +506,61 @@ TEST(RematBinary, TrainInBf16LowersThePeakAndKeepsLossesBitwiseEqual) {
       << "the baseline runs in bf16 too: " << bf16.out;
 }
 
+// --selective profiles each stage as a selective checkpoint too, and the
+// chain JSON carries those costs to `remat plan`, which runs stages
+// selectively (S) where that is fastest under the budget; training under such
+// plans matches the no-checkpoint losses bitwise within the budget.
+TEST(RematBinary, SelectiveStagesReachThePlannerAndTrainWithinTheBudget) {
+  const std::string gpt =
+      "--model gpt --layers 6 --hidden 32 --heads 2 --seq 32 --batch 4 "
+      "--threads 1";
+  const fs::path chain = fs::temp_directory_path() / "remat_cli_selective.json";
+  ProcessResult result = run_remat(
+      "profile " + gpt + " --repeats 1 --selective --out '" + chain.string() +
+      "'");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_NE(result.out.find("recompute ms"), std::string::npos) << result.out;
+  for (const auto& stage : nlohmann::json::parse(read_file(chain))["stages"]) {
+    EXPECT_TRUE(stage.contains("selective")) << stage.dump();
+  }
+
+  // A chain whose stages keep a tenth of their record selectively, at a
+  // tenth of a forward's time: at half the store-all peak the plan uses S.
+  const std::string stage =
+      R"({"forward_ms": 1, "backward_ms": 2, "output_bytes": 10,
+      "saved_bytes": 100, "forward_tmp_bytes": 0, "backward_tmp_bytes": 0,
+      "selective": {"saved_bytes": 20, "forward_tmp_bytes": 0,
+      "backward_tmp_bytes": 0, "recompute_ms": 0.1}})";
+  std::string json = R"({"input_bytes": 10, "stages": [)";
+  for (int i = 0; i < 6; ++i) {
+    json += (i > 0 ? ", " : "") + stage;
+  }
+  write_file(chain, json + "]}");
+  result = run_remat("plan '" + chain.string() + "' --budget 50% --json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const auto plan = nlohmann::json::parse(result.out);
+  EXPECT_NE(plan["plan"].get<std::string>().find('S'), std::string::npos)
+      << result.out;
+  result = run_remat(
+      "explain --chain '" + chain.string() + "' --budget 50% --out ''");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_NE(result.out.find("forward_selective"), std::string::npos)
+      << result.out;
+  fs::remove(chain);
+
+  for (const char* budget : {"45%", "65%", "85%"}) {
+    result = run_remat(
+        "train " + gpt + " --steps 2 --baseline-steps 2 --selective --budget " +
+        budget + " --json");
+    ASSERT_EQ(result.exit_code, 0) << budget << ": " << describe(result);
+    const auto report = nlohmann::json::parse(result.out);
+    EXPECT_EQ(report["over_budget_steps"], 0) << result.out;
+    EXPECT_EQ(report["baseline"]["max_loss_difference"].get<double>(), 0.0)
+        << budget << ": losses differ from the no-checkpoint run under "
+        << report["plan"];
+  }
+}
+
 TEST(RunCli, BadPrecisionExitsOneNamingTheValue) {
   struct Case {
     std::vector<std::string> arguments;

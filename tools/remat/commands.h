@@ -16,6 +16,7 @@
 #include <c10/util/Exception.h>
 #include <remat/budget.h>
 #include <remat/planner.h>
+#include <remat/policy.h>
 #include <remat/precision.h>
 #include <CLI/CLI.hpp>
 
@@ -58,6 +59,9 @@ struct TrainOptions {
   /// fp32 | bf16: the precision of profiling and of every step (baseline
   /// included); bf16 runs them under CPU autocast.
   std::string precision = "fp32";
+  /// Profile each stage also run selectively, so the optimal plan may
+  /// choose it (--selective).
+  bool selective = false;
   bool no_baseline = false;
   /// No-checkpoint steps interleaved with the first planned steps.
   int64_t baseline_steps = 20;
@@ -77,6 +81,8 @@ struct ProfileCommandOptions {
   int64_t repeats = 3;
   /// fp32 | bf16: the precision the chain is measured in.
   std::string precision = "fp32";
+  /// Also measure each stage run selectively (--selective).
+  bool selective = false;
   uint64_t seed = 0;
   int64_t threads = 2;
 };
@@ -118,6 +124,8 @@ struct ExplainOptions {
   std::string out = "remat-explain";
   /// fp32 | bf16: the precision the model is profiled in (not --chain).
   std::string precision = "fp32";
+  /// Profile each stage also run selectively (--selective; not --chain).
+  bool selective = false;
   bool json = false;
   uint64_t seed = 0;
   int64_t threads = 2;
@@ -156,6 +164,14 @@ void add_run_flags(CLI::App& command, int64_t& threads, uint64_t& seed);
 /// Registers --precision (fp32, bf16 or fp16; validated with
 /// parse_precision, so any other value fails parsing with exit 1).
 void add_precision_flag(CLI::App& command, std::string& precision);
+
+/// Registers --selective: profile every stage also run as a selective
+/// checkpoint under policies::save_compute_intensive(), so that the optimal
+/// plan may keep a stage's matmul outputs and recompute the rest.
+void add_selective_flag(CLI::App& command, bool& selective);
+
+/// The policy of --selective: save_compute_intensive() if given, else empty.
+Policy selective_policy(bool selective);
 
 /// The --precision of a command that runs on CPU. Throws UsageError naming
 /// the value for fp16 (autocast in fp16 is CUDA only) or an unknown value.

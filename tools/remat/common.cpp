@@ -65,6 +65,19 @@ void add_precision_flag(CLI::App& command, std::string& precision) {
       ->capture_default_str();
 }
 
+void add_selective_flag(CLI::App& command, bool& selective) {
+  command.add_flag(
+      "--selective",
+      selective,
+      "Profile every stage also as a selective checkpoint "
+      "(save_compute_intensive: keep matmul outputs, recompute the rest), so "
+      "the optimal plan may pick that third way per stage");
+}
+
+Policy selective_policy(bool selective) {
+  return selective ? policies::save_compute_intensive() : Policy{};
+}
+
 Precision cpu_precision(const std::string& text) {
   Precision precision = Precision::kFloat32;
   try {

@@ -124,6 +124,7 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& options) {
       ->capture_default_str();
   command->add_flag("--json", options.json, "Print JSON instead of text");
   add_precision_flag(*command, options.precision);
+  add_selective_flag(*command, options.selective);
   add_run_flags(*command, options.threads, options.seed);
   return command;
 }
@@ -144,7 +145,11 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
     const Batch sample = workload.next_batch();
     {
       AutocastGuard autocast(c10::kCPU, precision);
-      chain = profile_chain(workload.model(), sample.inputs);
+      chain = profile_chain(
+          workload.model(),
+          sample.inputs,
+          ProfileOptions().selective_policy(
+              selective_policy(options.selective)));
     }
     source = workload.description() + "; " + precision_name(precision);
   }

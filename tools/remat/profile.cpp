@@ -37,6 +37,7 @@ CLI::App* add_profile_command(CLI::App& app, ProfileCommandOptions& options) {
       ->check(CLI::Range(int64_t{1}, int64_t{1000}))
       ->capture_default_str();
   add_precision_flag(*command, options.precision);
+  add_selective_flag(*command, options.selective);
   add_run_flags(*command, options.threads, options.seed);
   return command;
 }
@@ -51,7 +52,10 @@ void run_profile(const ProfileCommandOptions& options, const CommandIo& io) {
     return profile_chain(
         workload.model(),
         sample.inputs,
-        ProfileOptions().warmup(options.warmup).repeats(options.repeats));
+        ProfileOptions()
+            .warmup(options.warmup)
+            .repeats(options.repeats)
+            .selective_policy(selective_policy(options.selective)));
   }();
   const std::string json = planner::to_json(chain);
   if (options.out == "-") {
@@ -67,7 +71,12 @@ void run_profile(const ProfileCommandOptions& options, const CommandIo& io) {
   text << std::left << std::setw(7) << "stage" << std::right << std::setw(12)
        << "forward ms" << std::setw(13) << "backward ms" << std::setw(12)
        << "output" << std::setw(12) << "saved" << std::setw(13) << "no-grad tmp"
-       << std::setw(13) << "record tmp" << std::setw(12) << "bwd tmp" << '\n';
+       << std::setw(13) << "record tmp" << std::setw(12) << "bwd tmp";
+  if (options.selective) {
+    text << std::setw(12) << "sel saved" << std::setw(13) << "sel bwd tmp"
+         << std::setw(14) << "recompute ms";
+  }
+  text << '\n';
   text << std::fixed << std::setprecision(3);
   for (int64_t index = 0; index < chain.size(); ++index) {
     const planner::StageCost& stage = chain.stage(index);
@@ -77,8 +86,15 @@ void run_profile(const ProfileCommandOptions& options, const CommandIo& io) {
          << std::setw(12) << planner::format_bytes(stage.saved_bytes)
          << std::setw(13) << planner::format_bytes(stage.forward_tmp_bytes)
          << std::setw(13) << planner::format_bytes(stage.record_transient())
-         << std::setw(12) << planner::format_bytes(stage.backward_tmp_bytes)
-         << '\n';
+         << std::setw(12) << planner::format_bytes(stage.backward_tmp_bytes);
+    if (stage.selective) {
+      text << std::setw(12)
+           << planner::format_bytes(stage.selective->saved_bytes)
+           << std::setw(13)
+           << planner::format_bytes(stage.selective->backward_tmp_bytes)
+           << std::setw(14) << stage.selective->recompute_ms;
+    }
+    text << '\n';
   }
   io.out << text.str();
 }

@@ -99,7 +99,12 @@ Executor::Executor(
     case planner::Strategy::Kind::kOptimal:
     case planner::Strategy::Kind::kChen:
     case planner::Strategy::Kind::kSqrt:
-      planned_ = PlannedSequential(model_, choice.plan).ptr();
+      planned_ = PlannedSequential(
+                     model_,
+                     choice.plan,
+                     PlannedSequentialOptions().selective_policy(
+                         choice.selective_policy))
+                     .ptr();
       break;
     case planner::Strategy::Kind::kUniform:
     case planner::Strategy::Kind::kNone:

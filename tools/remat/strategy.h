@@ -17,6 +17,7 @@
 
 #include <remat/budget.h>
 #include <remat/planner.h>
+#include <remat/policy.h>
 
 namespace remat::cli {
 
@@ -34,6 +35,9 @@ struct PlanChoice {
   double store_all_time_ms = 0;
   /// The smallest budget at which any plan fits.
   int64_t min_feasible_bytes = 0;
+  /// The policy the plan's kForwardSelective ops run under: the one the
+  /// chain was profiled with (empty: the chain has no selective costs).
+  Policy selective_policy;
 };
 
 /// Solves `chain` with `strategy` under `budget`.

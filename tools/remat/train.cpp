@@ -83,6 +83,7 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   add_precision_flag(*command, options.precision);
+  add_selective_flag(*command, options.selective);
   add_run_flags(*command, options.threads, options.seed);
   command
       ->add_option(
@@ -214,7 +215,10 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
       run.strategy, mode, static_cast<int64_t>(model->size()), probe.inputs);
   const planner::Chain chain = [&] {
     AutocastGuard autocast(c10::kCPU, run.precision);
-    return profile_chain(model, probe.inputs);
+    return profile_chain(
+        model,
+        probe.inputs,
+        ProfileOptions().selective_policy(selective_policy(options.selective)));
   }();
   run.input_bytes = chain.input_bytes();
   run.choice = choose_plan(
@@ -223,6 +227,7 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
       run.budget,
       options.budget.budget_given,
       options.budget.slots);
+  run.choice.selective_policy = selective_policy(options.selective);
   const PlanChoice& choice = run.choice;
   if (human) {
     io.out << "budget    "
