@@ -108,10 +108,8 @@ AttentionCoreImpl::AttentionCoreImpl(const GptOptions& options_)
 void AttentionCoreImpl::reset() {
   check_gpt_options("remat::models::AttentionCore", options);
   dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
-  causal_mask = register_buffer(
-      "causal_mask",
-      torch::ones({options.seq_len(), options.seq_len()}, torch::kBool)
-          .triu(1));
+  causal_mask =
+      register_buffer("causal_mask", models::causal_mask(options.seq_len()));
 }
 
 void AttentionCoreImpl::pretty_print(std::ostream& stream) const {
@@ -304,6 +302,12 @@ torch::nn::Sequential gpt(const GptOptions& options) {
   }
   model->push_back(LmHead(options));
   return model;
+}
+
+torch::Tensor causal_mask(int64_t seq) {
+  TORCH_CHECK(
+      seq >= 0, "remat::models::causal_mask: expected seq >= 0, got ", seq);
+  return torch::ones({seq, seq}, torch::kBool).triu(1);
 }
 
 std::vector<remat::Stage> gpt_stages(

@@ -202,13 +202,21 @@ void set_recompute(
 ///
 /// Example:
 // clang-format off
-///   auto mask = torch::ones({seq, seq}, torch::kBool).triu(1);   // causal
-///   auto net = remat::auto_checkpoint(gpt_stages(model, mask), tokens,
+///   auto net = remat::auto_checkpoint(gpt_stages(model, causal_mask(seq)), tokens,
 ///                                     remat::Budget::parse("50%"));
 // clang-format on
 /// Throws c10::Error if a child of `model` is not a gpt() part.
 std::vector<remat::Stage> gpt_stages(
     const torch::nn::Sequential& model, const torch::Tensor& mask);
+
+/// The causal mask of `seq` positions, bool [seq, seq], true above the
+/// diagonal (where a query may not attend a key): the mask gpt_stages()
+/// takes for inputs of length seq, and the one every AttentionCore holds for
+/// its seq_len. Throws c10::Error if seq < 0.
+///
+/// Example:
+///   auto stages = gpt_stages(model, causal_mask(tokens.size(1)));
+torch::Tensor causal_mask(int64_t seq);
 
 /// Mean next-token cross-entropy of logits [B, S, vocab] against int64
 /// targets [B, S]. Throws c10::Error if the shapes do not match.

@@ -1,25 +1,39 @@
-// fit.cpp: fit_batch, the largest batch that trains under a cap
-// (remat/fit.h).
+// fit.cpp: fit_size and fit_batch, the largest size (batch, sequence
+// length) that trains under a cap (remat/fit.h).
 //
-// NOTE: [Fitting a batch]
-// 1. Profile the chain at batch b1 = probe_batch and b2 = 2 b1. Every field
-//    of every stage (times, bytes) is modelled as affine in b through the
-//    two profiles; bytes are clamped at their smallest legal value.
-// 2. Per strategy, binary-search the largest b in [b1, max_batch] that the
+// NOTE: [Fitting a size]
+// 1. Profile the chain at sizes n1 = probe_size and 2 n1 (SizeModel::kAffine,
+//    fit_batch) or n1, 2 n1 and 4 n1 (kQuadratic). Every field of every stage
+//    (times, bytes, the selective costs when profiled) is modelled as the
+//    polynomial through those profiles (the line, the parabola), in Newton's
+//    form; bytes are rounded up and clamped at their smallest legal value,
+//    times at 0. A stage's selective costs are kept when every profile has
+//    them.
+// 2. Per strategy, binary-search the largest n in [n1, max_size] that the
 //    strategy fits under the cap on the modelled chain (none: the store-all
 //    peak; checkpoint_sequential: the fastest solve_uniform(k) that fits;
 //    optimal: solve_optimal at the cap), and, with max_time_ratio, whose
-//    predicted time per sample is at most that multiple of no
+//    predicted time per unit of size is at most that multiple of no
 //    checkpointing's at its answer (both predicted on the model).
-// 3. Check at the answer: profile there; if the real chain no longer fits,
-//    step down (to 90 %, at least by one) and check again; then run one
-//    measured step under the plan; over the cap, step down again. A few
-//    rounds at most; what is returned was seen to fit.
+// 3. Check at the answer: profile there and, if the real chain fits, run
+//    one measured step under the plan. Every profile seen replaces the
+//    model's one farthest from it (the model is least right far from its
+//    profiles: a transient peak that moves from one op to another as the
+//    size grows is a maximum of polynomials, not one), and the search runs
+//    again between the largest size seen to fit and the smallest seen not
+//    to (a measured step over the cap counts as not fitting; the next try
+//    is then 90 % of it, at least one less). When the model puts the answer
+//    at the largest size seen to fit, the next size is profiled too, so the
+//    answer is the largest whose profile fits (unless the time limit stops
+//    it first). A few rounds at most; what is returned was seen to fit.
+// fit_batch is fit_size over the batch with the affine model; the only
+// thing of its own is the check that make_input(b) has batch b.
 #include "remat/fit.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -38,63 +52,133 @@ namespace {
 
 constexpr int kMaxChecks = 12;  // profile-and-measure rounds per strategy
 
-/// `a` at b1 and `b` at b2, taken to `batch` on the line through them.
-double along(double a, double b, int64_t b1, int64_t b2, int64_t batch) {
-  return a + (b - a) * static_cast<double>(batch - b1) /
-                 static_cast<double>(b2 - b1);
-}
-
-int64_t along_bytes(
-    int64_t a,
-    int64_t b,
-    int64_t b1,
-    int64_t b2,
-    int64_t batch,
-    int64_t floor) {
-  const double value =
-      along(static_cast<double>(a), static_cast<double>(b), b1, b2, batch);
-  return std::max<int64_t>(floor, static_cast<int64_t>(std::ceil(value)));
-}
-
-/// The chain at `batch` on the affine model through (b1, c1) and (b2, c2).
-planner::Chain modelled_chain(
-    const planner::Chain& c1,
-    int64_t b1,
-    const planner::Chain& c2,
-    int64_t b2,
-    int64_t batch) {
-  std::vector<planner::StageCost> stages;
-  int64_t input_bytes =
-      along_bytes(c1.input_bytes(), c2.input_bytes(), b1, b2, batch, 0);
-  int64_t value_bytes = input_bytes;  // |x_i|: bounds backward_tmp below
-  for (int64_t i = 0; i < c1.size(); ++i) {
-    const planner::StageCost& x = c1.stage(i);
-    const planner::StageCost& y = c2.stage(i);
-    planner::StageCost cost;
-    cost.forward_ms =
-        std::max(0.0, along(x.forward_ms, y.forward_ms, b1, b2, batch));
-    cost.backward_ms =
-        std::max(0.0, along(x.backward_ms, y.backward_ms, b1, b2, batch));
-    cost.output_bytes =
-        along_bytes(x.output_bytes, y.output_bytes, b1, b2, batch, 0);
-    cost.saved_bytes =
-        along_bytes(x.saved_bytes, y.saved_bytes, b1, b2, batch, 0);
-    cost.forward_tmp_bytes =
-        along_bytes(x.forward_tmp_bytes, y.forward_tmp_bytes, b1, b2, batch, 0);
-    cost.record_tmp_bytes = along_bytes(
-        x.record_transient(), y.record_transient(), b1, b2, batch, 0);
-    cost.backward_tmp_bytes = along_bytes(
-        x.backward_tmp_bytes,
-        y.backward_tmp_bytes,
-        b1,
-        b2,
-        batch,
-        -value_bytes);
-    value_bytes = cost.output_bytes;
-    stages.push_back(cost);
+/// The chains profiled at a few sizes, and the chain at any size on the
+/// polynomial through them (degree: one less than the number of profiles).
+class ChainModel {
+ public:
+  ChainModel(std::vector<int64_t> sizes, std::vector<planner::Chain> chains)
+      : sizes_(std::move(sizes)), chains_(std::move(chains)) {
+    TORCH_INTERNAL_ASSERT(
+        (sizes_.size() == 2 || sizes_.size() == 3) &&
+        sizes_.size() == chains_.size());
   }
-  return planner::Chain(std::move(stages), input_bytes);
-}
+
+  /// The model with `chain`, profiled at `size`, in place of the profile
+  /// farthest from it (or of the one at that size).
+  ChainModel with(int64_t size, const planner::Chain& chain) const {
+    size_t farthest = 0;
+    for (size_t k = 0; k < sizes_.size(); ++k) {
+      if (sizes_[k] == size) {
+        farthest = k;
+        break;
+      }
+      if (std::abs(sizes_[k] - size) > std::abs(sizes_[farthest] - size)) {
+        farthest = k;
+      }
+    }
+    ChainModel result = *this;
+    result.sizes_[farthest] = size;
+    result.chains_[farthest] = chain;
+    return result;
+  }
+
+  /// The modelled chain at `size`.
+  planner::Chain at(int64_t size) const {
+    auto time = [&](auto field) { return std::max(0.0, value(field, size)); };
+    auto bytes = [&](auto field, int64_t floor) {
+      return std::max<int64_t>(
+          floor, static_cast<int64_t>(std::ceil(value(field, size))));
+    };
+    const int64_t input_bytes = bytes(
+        [](const planner::Chain& c) {
+          return static_cast<double>(c.input_bytes());
+        },
+        0);
+    std::vector<planner::StageCost> stages;
+    int64_t value_bytes = input_bytes;  // |x_i|: bounds backward_tmp below
+    for (int64_t i = 0; i < chains_.front().size(); ++i) {
+      auto field = [i](auto member) {
+        return [i, member](const planner::Chain& c) {
+          return static_cast<double>(member(c.stage(i)));
+        };
+      };
+      planner::StageCost cost;
+      cost.forward_ms =
+          time(field([](const planner::StageCost& s) { return s.forward_ms; }));
+      cost.backward_ms = time(
+          field([](const planner::StageCost& s) { return s.backward_ms; }));
+      cost.output_bytes = bytes(
+          field([](const planner::StageCost& s) { return s.output_bytes; }), 0);
+      cost.saved_bytes = bytes(
+          field([](const planner::StageCost& s) { return s.saved_bytes; }), 0);
+      cost.forward_tmp_bytes = bytes(
+          field(
+              [](const planner::StageCost& s) { return s.forward_tmp_bytes; }),
+          0);
+      cost.record_tmp_bytes = bytes(
+          field(
+              [](const planner::StageCost& s) { return s.record_transient(); }),
+          0);
+      cost.backward_tmp_bytes = bytes(
+          field(
+              [](const planner::StageCost& s) { return s.backward_tmp_bytes; }),
+          -value_bytes);
+      const bool selective = std::all_of(
+          chains_.begin(), chains_.end(), [i](const planner::Chain& c) {
+            return c.stage(i).selective.has_value();
+          });
+      if (selective) {
+        auto part = [&field](auto member) {
+          return field([member](const planner::StageCost& s) {
+            return member(*s.selective);
+          });
+        };
+        planner::SelectiveCost costs;
+        costs.saved_bytes = bytes(
+            part([](const planner::SelectiveCost& s) { return s.saved_bytes; }),
+            0);
+        costs.forward_tmp_bytes = bytes(
+            part([](const planner::SelectiveCost& s) {
+              return s.forward_tmp_bytes;
+            }),
+            0);
+        costs.backward_tmp_bytes = bytes(
+            part([](const planner::SelectiveCost& s) {
+              return s.backward_tmp_bytes;
+            }),
+            -value_bytes);
+        costs.recompute_ms = time(part(
+            [](const planner::SelectiveCost& s) { return s.recompute_ms; }));
+        cost.selective = costs;
+      }
+      value_bytes = cost.output_bytes;
+      stages.push_back(cost);
+    }
+    return planner::Chain(std::move(stages), input_bytes);
+  }
+
+ private:
+  /// `field` of the profiled chains, taken to `size` on the polynomial
+  /// through them. Newton's form: f0 + (f1 - f0) (n - n0) / (n1 - n0)
+  /// [+ (n - n0) (n - n1) f[n0, n1, n2]].
+  template <typename Field>
+  double value(const Field& field, int64_t size) const {
+    auto at = [&](size_t k) { return field(chains_[k]); };
+    auto n = [&](size_t k) { return static_cast<double>(sizes_[k]); };
+    const double x = static_cast<double>(size);
+    const double f0 = at(0), f1 = at(1);
+    double result = f0 + (f1 - f0) * (x - n(0)) / (n(1) - n(0));
+    if (sizes_.size() == 3) {
+      const double slope01 = (f1 - f0) / (n(1) - n(0));
+      const double slope12 = (at(2) - f1) / (n(2) - n(1));
+      result += (x - n(0)) * (x - n(1)) * (slope12 - slope01) / (n(2) - n(0));
+    }
+    return result;
+  }
+
+  std::vector<int64_t> sizes_;
+  std::vector<planner::Chain> chains_;
+};
 
 /// What a strategy runs on a chain under the cap, if anything fits.
 struct Choice {
@@ -104,26 +188,26 @@ struct Choice {
   double time_ms = 0;
 };
 
-/// What a strategy may cost: the cap, and at most `max_ms_per_sample`
-/// predicted per sample (0: no limit).
+/// What a strategy may cost: the cap, and at most `max_ms_per_unit`
+/// predicted per unit of size (0: no limit).
 struct Limits {
   int64_t cap_bytes = 0;
-  double max_ms_per_sample = 0;
+  double max_ms_per_unit = 0;
 };
 
 std::optional<Choice> choose(
     const std::string& strategy,
     const planner::Chain& chain,
-    int64_t batch,
+    int64_t size,
     const Limits& limits) {
   const int64_t cap = limits.cap_bytes;
   auto fits = [&](planner::Plan plan,
                   int64_t segments) -> std::optional<Choice> {
     const planner::Simulation simulation = planner::simulate(chain, plan);
     if (!simulation.valid || simulation.peak_bytes > cap ||
-        (limits.max_ms_per_sample > 0 &&
+        (limits.max_ms_per_unit > 0 &&
          simulation.time_ms >
-             limits.max_ms_per_sample * static_cast<double>(batch))) {
+             limits.max_ms_per_unit * static_cast<double>(size))) {
       return std::nullopt;
     }
     return Choice{
@@ -151,23 +235,19 @@ std::optional<Choice> choose(
   return plan ? fits(std::move(*plan), 0) : std::nullopt;
 }
 
-/// The largest batch in [lo, hi] that `strategy` fits on the model; lo - 1
-/// when none does. Fitting the cap is monotone in the batch (binary search);
-/// a time limit fails at small batches too (fixed costs per step), so below
-/// the cap's answer the batch steps down geometrically to the first that
+/// The largest size in [lo, hi] that `strategy` fits on the model; lo - 1
+/// when none does. Fitting the cap is monotone in the size (binary search);
+/// a time limit fails at small sizes too (fixed costs per step), so below
+/// the cap's answer the size steps down geometrically to the first that
 /// meets it, then a binary search finds the largest up to the last failure.
 int64_t largest_on_model(
     const std::string& strategy,
-    const planner::Chain& c1,
-    int64_t b1,
-    const planner::Chain& c2,
-    int64_t b2,
+    const ChainModel& model,
     int64_t lo,
     int64_t hi,
     const Limits& limits) {
-  auto fits = [&](int64_t batch, const Limits& with) {
-    return choose(strategy, modelled_chain(c1, b1, c2, b2, batch), batch, with)
-        .has_value();
+  auto fits = [&](int64_t size, const Limits& with) {
+    return choose(strategy, model.at(size), size, with).has_value();
   };
   const Limits cap_only{limits.cap_bytes, 0};
   auto largest = [&](int64_t low, int64_t high, const Limits& with) {
@@ -185,30 +265,35 @@ int64_t largest_on_model(
     return lo - 1;
   }
   const int64_t under_cap = largest(lo, hi, cap_only);
-  if (limits.max_ms_per_sample <= 0 || fits(under_cap, limits)) {
+  if (limits.max_ms_per_unit <= 0 || fits(under_cap, limits)) {
     return under_cap;
   }
   int64_t failed = under_cap;
-  for (int64_t batch = under_cap * 19 / 20; batch >= lo;
-       batch = std::min(batch - 1, batch * 19 / 20)) {
-    if (fits(batch, limits)) {
-      return largest(batch, failed - 1, limits);
+  for (int64_t size = under_cap * 19 / 20; size >= lo;
+       size = std::min(size - 1, size * 19 / 20)) {
+    if (fits(size, limits)) {
+      return largest(size, failed - 1, limits);
     }
-    failed = batch;
+    failed = size;
   }
   return lo - 1;
 }
 
-/// One training step of `stages` under `plan` on `input`; fills the
-/// measured fields of `answer`.
+/// One training step of `problem` under `plan`; fills the measured fields
+/// of `answer`.
 void measure_step(
-    const std::vector<Stage>& stages,
+    const FitProblem& problem,
     const planner::Plan& plan,
-    const torch::Tensor& input,
-    const FitOptions& options,
+    const FitSizeOptions& options,
     FitAnswer& answer) {
-  PlannedChain net(stages, plan);
-  detail::ModelStateGuard state(detail::modules_of(stages), input.device());
+  const torch::Tensor& input = problem.input;
+  PlannedChain net(
+      problem.stages,
+      plan,
+      PlannedChainOptions().selective_policy(
+          options.profile().selective_policy()));
+  detail::ModelStateGuard state(
+      detail::modules_of(problem.stages), input.device());
   MemoryMeter meter(input.device());
   detail::synchronize(input.device());
   const auto start = std::chrono::steady_clock::now();
@@ -226,6 +311,165 @@ void measure_step(
                                static_cast<int64_t>(input.nbytes());
 }
 
+/// How the entry point calling fit() names itself and its size options in
+/// errors.
+struct Names {
+  const char* function;
+  const char* probe;
+  const char* max;
+};
+
+/// fit_size under the names of its caller (NOTE: [Fitting a size]).
+std::vector<FitAnswer> fit(
+    const std::function<FitProblem(int64_t)>& make_problem,
+    int64_t cap_bytes,
+    const FitSizeOptions& options,
+    const Names& names) {
+  TORCH_CHECK(
+      cap_bytes > 0,
+      names.function,
+      ": expected cap_bytes > 0, got ",
+      cap_bytes);
+  TORCH_CHECK(
+      options.max_time_ratio() >= 0,
+      names.function,
+      ": expected max_time_ratio >= 0, got ",
+      options.max_time_ratio());
+  TORCH_CHECK(
+      options.probe_size() >= 1,
+      names.function,
+      ": expected ",
+      names.probe,
+      " >= 1, got ",
+      options.probe_size());
+  TORCH_CHECK(
+      options.max_size() >= options.probe_size(),
+      names.function,
+      ": expected ",
+      names.max,
+      " >= ",
+      names.probe,
+      " (",
+      options.probe_size(),
+      "), got ",
+      options.max_size());
+  TORCH_CHECK(
+      static_cast<bool>(make_problem),
+      names.function,
+      ": expected a make_problem function, got none");
+  auto problem_at = [&](int64_t size) {
+    FitProblem problem = make_problem(size);
+    TORCH_CHECK(
+        !problem.stages.empty() && problem.input.defined(),
+        names.function,
+        ": make_problem(",
+        size,
+        ") must return stages and an input, got ",
+        problem.stages.size(),
+        " stages and ",
+        problem.input.defined() ? "an" : "an undefined",
+        " input");
+    return problem;
+  };
+  const int64_t n1 = options.probe_size();
+  std::vector<int64_t> sizes{n1, 2 * n1};
+  if (options.size_model() == SizeModel::kQuadratic) {
+    sizes.push_back(4 * n1);
+  }
+  std::vector<planner::Chain> profiled;
+  for (const int64_t size : sizes) {
+    const FitProblem problem = problem_at(size);
+    profiled.push_back(
+        profile_chain(problem.stages, problem.input, options.profile()));
+  }
+  const ChainModel model(sizes, std::move(profiled));
+
+  std::vector<FitAnswer> answers;
+  Limits limits{cap_bytes, 0};
+  for (const std::string strategy :
+       {"none", "checkpoint_sequential", "optimal"}) {
+    FitAnswer answer;
+    answer.strategy = strategy;
+    // Sizes below `fitted` + 1 were seen to fit (answer holds the largest);
+    // sizes from `failed` on were seen not to.
+    ChainModel refined = model;
+    int64_t fitted = n1 - 1;
+    int64_t failed = options.max_size() + 1;
+    auto meets_time_limit = [&](int64_t at) {
+      return limits.max_ms_per_unit <= 0 ||
+             choose(
+                 strategy,
+                 refined.at(at),
+                 at,
+                 Limits{
+                     std::numeric_limits<int64_t>::max(),
+                     limits.max_ms_per_unit})
+                 .has_value();
+    };
+    int64_t size =
+        largest_on_model(strategy, refined, n1, options.max_size(), limits);
+    for (int check = 0; check < kMaxChecks; ++check) {
+      if (size <= fitted) {
+        // Nothing larger fits on the model: see that the next size does
+        // not fit either, unless that is known (or beyond the time limit).
+        if (fitted + 1 >= failed || !meets_time_limit(fitted + 1)) {
+          break;
+        }
+        size = fitted + 1;
+      }
+      const FitProblem problem = problem_at(size);
+      const planner::Chain chain =
+          profile_chain(problem.stages, problem.input, options.profile());
+      // The time limit was applied on the model (the reference is a
+      // prediction on it too); the real profile checks the cap.
+      std::optional<Choice> choice =
+          choose(strategy, chain, size, Limits{cap_bytes, 0});
+      if (choice) {
+        FitAnswer candidate;
+        candidate.strategy = strategy;
+        candidate.size = size;
+        candidate.batch = problem.input.dim() >= 1 ? problem.input.size(0) : 1;
+        candidate.segments = choice->segments;
+        candidate.plan = choice->plan;
+        candidate.predicted_peak_bytes = choice->peak_bytes;
+        candidate.predicted_step_ms = choice->time_ms;
+        measure_step(problem, choice->plan, options, candidate);
+        if (candidate.measured_peak_bytes <= cap_bytes) {
+          answer = std::move(candidate);
+          fitted = size;
+          refined = refined.with(size, chain);
+          size = largest_on_model(strategy, refined, size, failed - 1, limits);
+        } else {
+          // Measured over the cap: not an answer, and the model cannot
+          // tell why; step down.
+          failed = size;
+          size = std::max(fitted, std::min(size - 1, size * 9 / 10));
+        }
+        continue;
+      }
+      // The model was wrong here: take this profile into it and search
+      // again below.
+      failed = size;
+      refined = refined.with(size, chain);
+      size = largest_on_model(
+          strategy, refined, std::max(n1, fitted), size - 1, limits);
+    }
+    if (strategy == "none" && answer.size > 0 && options.max_time_ratio() > 0) {
+      // The reference of the checkpointing strategies' time limit: no
+      // checkpointing's predicted time per unit of size at its answer, on
+      // the same model, so that profiling noise cannot tip the comparison.
+      const planner::Chain at_answer = refined.at(answer.size);
+      limits.max_ms_per_unit =
+          options.max_time_ratio() *
+          planner::simulate(at_answer, planner::solve_store_all(at_answer))
+              .time_ms /
+          static_cast<double>(answer.size);
+    }
+    answers.push_back(std::move(answer));
+  }
+  return answers;
+}
+
 }  // namespace
 
 std::vector<FitAnswer> fit_batch(
@@ -233,28 +477,11 @@ std::vector<FitAnswer> fit_batch(
     const std::vector<Stage>& stages,
     int64_t cap_bytes,
     const FitOptions& options) {
-  TORCH_CHECK(
-      cap_bytes > 0,
-      "remat::fit_batch: expected cap_bytes > 0, got ",
-      cap_bytes);
-  TORCH_CHECK(
-      options.max_time_ratio() >= 0,
-      "remat::fit_batch: expected max_time_ratio >= 0, got ",
-      options.max_time_ratio());
-  TORCH_CHECK(
-      options.probe_batch() >= 1,
-      "remat::fit_batch: expected probe_batch >= 1, got ",
-      options.probe_batch());
-  TORCH_CHECK(
-      options.max_batch() >= options.probe_batch(),
-      "remat::fit_batch: expected max_batch >= probe_batch (",
-      options.probe_batch(),
-      "), got ",
-      options.max_batch());
-  TORCH_CHECK(
-      static_cast<bool>(make_input),
-      "remat::fit_batch: expected a make_input function, got none");
-  auto input_of = [&](int64_t batch) {
+  // Checked at the first call, after fit()'s checks of the options.
+  auto make_problem = [&](int64_t batch) {
+    TORCH_CHECK(
+        static_cast<bool>(make_input),
+        "remat::fit_batch: expected a make_input function, got none");
     torch::Tensor input = make_input(batch);
     TORCH_CHECK(
         input.defined() && input.dim() >= 1 && input.size(0) == batch,
@@ -264,63 +491,30 @@ std::vector<FitAnswer> fit_batch(
         batch,
         ", got ",
         input.defined() ? input.sizes() : c10::IntArrayRef{});
-    return input;
+    return FitProblem{stages, std::move(input)};
   };
-  auto profile_at = [&](int64_t batch) {
-    return profile_chain(stages, input_of(batch), options.profile());
-  };
-  const int64_t b1 = options.probe_batch();
-  const int64_t b2 = 2 * b1;
-  const planner::Chain c1 = profile_at(b1);
-  const planner::Chain c2 = profile_at(b2);
+  return fit(
+      make_problem,
+      cap_bytes,
+      FitSizeOptions()
+          .probe_size(options.probe_batch())
+          .max_size(options.max_batch())
+          .size_model(SizeModel::kAffine)
+          .profile(options.profile())
+          .max_time_ratio(options.max_time_ratio())
+          .loss(options.loss()),
+      Names{"remat::fit_batch", "probe_batch", "max_batch"});
+}
 
-  std::vector<FitAnswer> answers;
-  Limits limits{cap_bytes, 0};
-  for (const std::string strategy :
-       {"none", "checkpoint_sequential", "optimal"}) {
-    FitAnswer answer;
-    answer.strategy = strategy;
-    int64_t batch = largest_on_model(
-        strategy, c1, b1, c2, b2, b1, options.max_batch(), limits);
-    for (int check = 0; check < kMaxChecks && batch >= b1; ++check) {
-      const torch::Tensor input = input_of(batch);
-      const planner::Chain chain =
-          profile_chain(stages, input, options.profile());
-      // The time limit was applied on the model (the reference is a
-      // prediction on it too); the real profile checks the cap.
-      std::optional<Choice> choice =
-          choose(strategy, chain, batch, Limits{cap_bytes, 0});
-      if (choice) {
-        answer.batch = batch;
-        answer.segments = choice->segments;
-        answer.plan = choice->plan;
-        answer.predicted_peak_bytes = choice->peak_bytes;
-        answer.predicted_step_ms = choice->time_ms;
-        measure_step(stages, choice->plan, input, options, answer);
-        if (answer.measured_peak_bytes <= cap_bytes) {
-          break;
-        }
-        answer = FitAnswer();  // measured over the cap: not an answer
-        answer.strategy = strategy;
-      }
-      batch = std::min(batch - 1, batch * 9 / 10);
-    }
-    if (strategy == "none" && answer.batch > 0 &&
-        options.max_time_ratio() > 0) {
-      // The reference of the checkpointing strategies' time limit: no
-      // checkpointing's predicted time per sample at its answer, on the
-      // same model, so that profiling noise cannot tip the comparison.
-      const planner::Chain at_answer =
-          modelled_chain(c1, b1, c2, b2, answer.batch);
-      limits.max_ms_per_sample =
-          options.max_time_ratio() *
-          planner::simulate(at_answer, planner::solve_store_all(at_answer))
-              .time_ms /
-          static_cast<double>(answer.batch);
-    }
-    answers.push_back(std::move(answer));
-  }
-  return answers;
+std::vector<FitAnswer> fit_size(
+    const std::function<FitProblem(int64_t)>& make_problem,
+    int64_t cap_bytes,
+    const FitSizeOptions& options) {
+  return fit(
+      make_problem,
+      cap_bytes,
+      options,
+      Names{"remat::fit_size", "probe_size", "max_size"});
 }
 
 }  // namespace remat

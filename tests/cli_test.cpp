@@ -674,6 +674,82 @@ TEST(RematBinary, InfeasibleBudgetExitsTwo) {
       << result.err;
 }
 
+// Checks a `remat fit --json` report: three answers in order, what was
+// fitted, each answer measured under the cap, and the optimal plan fitting
+// at least no checkpointing's size.
+void expect_fit_report(
+    const ProcessResult& result, const std::string& over, int64_t cap_bytes) {
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const auto report = nlohmann::json::parse(result.out);
+  EXPECT_EQ(report["over"], over);
+  EXPECT_EQ(report["cap_bytes"].get<int64_t>(), cap_bytes);
+  const auto& answers = report["answers"];
+  ASSERT_EQ(answers.size(), 3u) << result.out;
+  const std::vector<std::string> strategies = {
+      "none", "checkpoint_sequential", "optimal"};
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const auto& answer = answers[i];
+    EXPECT_EQ(answer["strategy"], strategies[i]);
+    const int64_t size = answer["size"].get<int64_t>();
+    EXPECT_GT(size, 0) << answer.dump();
+    EXPECT_EQ(answer[over == "batch" ? "batch" : "seq_len"], size);
+    EXPECT_LE(answer["measured"]["peak_bytes"].get<int64_t>(), cap_bytes)
+        << answer.dump();
+    EXPECT_GT(answer["measured"]["peak_bytes"].get<int64_t>(), 0);
+    EXPECT_LE(answer["predicted"]["peak_bytes"].get<int64_t>(), cap_bytes);
+  }
+  EXPECT_GE(
+      answers[2]["size"].get<int64_t>(), answers[0]["size"].get<int64_t>());
+}
+
+TEST(RematBinary, FitOverBatchAndSeqLenReportsAnswersMeasuredUnderTheCap) {
+  constexpr int64_t kCap = 1 << 20;
+  expect_fit_report(
+      run_remat("fit " + kTinyMlp + " --cap 1MiB --json"), "batch", kCap);
+  const ProcessResult result = run_remat(
+      "fit --over seq-len " + kTinyGpt +
+      " --cap 1MiB --probe-seq-len 8 --max-seq-len 512 --json");
+  expect_fit_report(result, "seq-len", kCap);
+  if (result.exit_code == 0) {
+    for (const auto& answer : nlohmann::json::parse(result.out)["answers"]) {
+      EXPECT_EQ(answer["batch"], 2) << "the batch of kTinyGpt is fixed";
+      EXPECT_LT(answer["size"].get<int64_t>(), 512) << "the cap must bind";
+    }
+  }
+}
+
+TEST(RunCli, FitRefusesBadFlagValuesNamingThem) {
+  struct Case {
+    std::vector<std::string> arguments;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {{"fit", "--cap", "50%"}, {"--cap", "'50%'"}},
+      {{"fit", "--cap", "1MiB", "--over", "width"}, {"--over", "width"}},
+      {{"fit", "--cap", "1MiB", "--over", "seq-len", "--model", "mlp"},
+       {"--over seq-len", "--model mlp"}},
+      {{"fit",
+        "--cap",
+        "1MiB",
+        "--over",
+        "seq-len",
+        "--probe-seq-len",
+        "32",
+        "--max-seq-len",
+        "16"},
+       {"--max-seq-len", "32", "16"}},
+  };
+  for (const Case& test : cases) {
+    const ProcessResult result = run_in_process(test.arguments);
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    for (const std::string& text : test.expected) {
+      EXPECT_NE(result.err.find(text), std::string::npos)
+          << "missing '" << text << "' in: " << result.err;
+    }
+    EXPECT_TRUE(result.out.empty()) << result.out;
+  }
+}
+
 TEST(RematBinary, BenchWritesCsvMatchingItsRowsAndAPlot) {
   const fs::path out = scratch() / "bench";
   const ProcessResult result = run_remat(

@@ -1,7 +1,12 @@
 // fit_test.cpp: fit_batch on a chain of residual MLP blocks: every answer was
 // measured under the cap, checkpointing fits more than no checkpointing and
 // the optimal plan at least as much as checkpoint_sequential, and each
-// answer is near the largest that fits (20 % more does not fit).
+// answer is near the largest that fits (20 % more does not fit). fit_size
+// over the sequence length of a small GPT: every answer was measured under
+// the cap, the optimal plan fits at least no checkpointing's length, and
+// each answer is the largest (one more position does not fit the
+// strategy's prediction on the chain profiled there); with a selective
+// policy the optimal plan fits at least as long a sequence.
 #include <cmath>
 #include <cstdint>
 #include <iostream>
@@ -11,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "models/gpt.h"
 #include "remat/fit.h"
 #include "remat/remat.h"
 
@@ -80,6 +86,102 @@ TEST(
   EXPECT_GT(answers[1].segments, 0);
 }
 
+/// Whether `strategy` fits `chain` under `cap_bytes` on the prediction, by
+/// its own rule: store-all's peak; some checkpoint_sequential(k)'s peak; an
+/// optimal plan at the cap.
+bool fits_by_prediction(
+    const std::string& strategy,
+    const remat::planner::Chain& chain,
+    int64_t cap_bytes) {
+  namespace planner = remat::planner;
+  auto peak = [&](const planner::Plan& plan) {
+    return planner::simulate(chain, plan).peak_bytes;
+  };
+  if (strategy == "none") {
+    return peak(planner::solve_store_all(chain)) <= cap_bytes;
+  }
+  if (strategy == "checkpoint_sequential") {
+    for (int64_t k = 1; k <= chain.size(); ++k) {
+      if (peak(planner::solve_uniform(chain, k)) <= cap_bytes) {
+        return true;
+      }
+    }
+    return false;
+  }
+  const auto plan = planner::solve_optimal(chain, cap_bytes);
+  return plan && peak(*plan) <= cap_bytes;
+}
+
+TEST(
+    FitSize,
+    GptSequenceLengthsAreMeasuredUnderTheCapAndOneMorePositionDoesNotFit) {
+  namespace models = remat::models;
+  torch::manual_seed(3);
+  constexpr int64_t kVocab = 16, kBatch = 2, kMaxLength = 256;
+  constexpr int64_t kCap = 512 << 10;
+  const auto model = models::gpt(models::GptOptions()
+                                     .vocab(kVocab)
+                                     .seq_len(kMaxLength)
+                                     .layers(3)
+                                     .hidden(16)
+                                     .heads(2)
+                                     .dropout(0.1));
+  auto make_problem = [&](int64_t length) {
+    return remat::FitProblem{
+        models::gpt_stages(model, models::causal_mask(length)),
+        torch::randint(kVocab, {kBatch, length})};
+  };
+  const auto answers = remat::fit_size(
+      make_problem,
+      kCap,
+      remat::FitSizeOptions().probe_size(8).max_size(kMaxLength));
+  ASSERT_EQ(answers.size(), 3u);
+  EXPECT_EQ(answers[0].strategy, "none");
+  EXPECT_EQ(answers[1].strategy, "checkpoint_sequential");
+  EXPECT_EQ(answers[2].strategy, "optimal");
+  for (const auto& answer : answers) {
+    SCOPED_TRACE(answer.strategy);
+    std::cout << "[ fit      ] " << answer.strategy << ": length "
+              << answer.size << ", measured " << answer.measured_peak_bytes
+              << " of " << kCap << " bytes, predicted "
+              << answer.predicted_peak_bytes << "\n";
+    ASSERT_GT(answer.size, 0);
+    ASSERT_LT(answer.size, kMaxLength) << "the cap does not bind";
+    EXPECT_EQ(answer.batch, kBatch);
+    EXPECT_LE(answer.measured_peak_bytes, kCap);
+    EXPECT_LE(answer.predicted_peak_bytes, kCap);
+    EXPECT_GT(answer.measured_step_ms, 0);
+    // The largest: the next length does not fit by the strategy's rule on
+    // the chain profiled there.
+    const auto next = make_problem(answer.size + 1);
+    const auto chain = remat::profile_chain(
+        next.stages, next.input, remat::ProfileOptions().repeats(1));
+    EXPECT_FALSE(fits_by_prediction(answer.strategy, chain, kCap))
+        << "length " << answer.size + 1 << " fits too";
+  }
+  EXPECT_GE(answers[2].size, answers[0].size);
+
+  // Profiled with a selective policy, the model carries the selective costs
+  // and the measured step runs selective stages under it: a third way to
+  // run each stage can only let the optimal plan fit more.
+  const auto selective = remat::fit_size(
+      make_problem,
+      kCap,
+      remat::FitSizeOptions()
+          .probe_size(8)
+          .max_size(kMaxLength)
+          .profile(
+              remat::ProfileOptions().warmup(1).repeats(1).selective_policy(
+                  remat::policies::save_compute_intensive())));
+  ASSERT_EQ(selective.size(), 3u);
+  for (const auto& answer : selective) {
+    SCOPED_TRACE("selective " + answer.strategy);
+    ASSERT_GT(answer.size, 0);
+    EXPECT_LE(answer.measured_peak_bytes, kCap);
+  }
+  EXPECT_GE(selective[2].size, answers[2].size);
+}
+
 TEST(FitBatch, RefusesBadArguments) {
   const auto stages = residual_stages(2);
   EXPECT_THROW(remat::fit_batch(rows, stages, 0), c10::Error);
@@ -98,6 +200,54 @@ TEST(FitBatch, RefusesBadArguments) {
   } catch (const c10::Error& error) {
     EXPECT_NE(
         std::string(error.what()).find("first dimension is 4, got [3, 64]"),
+        std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(FitSize, RefusesBadArgumentsNamingTheValue) {
+  const auto stages = residual_stages(2);
+  auto make_problem = [&](int64_t batch) {
+    return remat::FitProblem{stages, rows(batch)};
+  };
+  struct Case {
+    int64_t cap_bytes;
+    remat::FitSizeOptions options;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {0, {}, "expected cap_bytes > 0, got 0"},
+      {1 << 20,
+       remat::FitSizeOptions().probe_size(0),
+       "expected probe_size >= 1, got 0"},
+      {1 << 20,
+       remat::FitSizeOptions().probe_size(8).max_size(4),
+       "expected max_size >= probe_size (8), got 4"},
+      {1 << 20,
+       remat::FitSizeOptions().max_time_ratio(-1),
+       "expected max_time_ratio >= 0, got -1"},
+  };
+  for (const Case& test : cases) {
+    try {
+      remat::fit_size(make_problem, test.cap_bytes, test.options);
+      ADD_FAILURE() << "expected an error: " << test.expected;
+    } catch (const c10::Error& error) {
+      EXPECT_NE(
+          std::string(error.what()).find("remat::fit_size: " + test.expected),
+          std::string::npos)
+          << error.what();
+    }
+  }
+  try {
+    remat::fit_size(
+        [&](int64_t) {
+          return remat::FitProblem{stages, torch::Tensor()};
+        },
+        1 << 20);
+    ADD_FAILURE() << "expected an error for an undefined input";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(
+        std::string(error.what()).find("make_problem(16) must return"),
         std::string::npos)
         << error.what();
   }

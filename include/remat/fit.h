@@ -1,17 +1,20 @@
-// remat/fit.h: the largest batch that trains under a memory cap, with no
-// checkpointing, with the best checkpoint_sequential, and with the optimal
-// plan.
+// remat/fit.h: the largest batch, or the largest size of any other kind (a
+// sequence length), that trains under a memory cap, with no checkpointing,
+// with the best checkpoint_sequential, and with the optimal plan.
 //
-// fit_batch() answers the question the other way round from auto_checkpoint:
-// not "how little memory for this batch" but "how large a batch fits in this
-// memory". It profiles the chain at two batch sizes and models every cost of
-// every stage as affine in the batch (times and bytes of activations grow
-// with it), searches the largest batch each strategy fits under the cap on
-// that model, then checks the answer: the chain is profiled again at the
-// answer (a prediction that no longer fits moves the answer down), and one
-// training step at that size, run by PlannedChain under the plan, is measured
-// (a measured peak over the cap moves it down again). So every answer
-// returned was seen to fit, and its time per sample is a measured one.
+// fit_batch() and fit_size() answer the question the other way round from
+// auto_checkpoint: not "how little memory for this batch" but "how large a
+// batch (a length, a size) fits in this memory". They profile the chain at a
+// few sizes and model every cost of every stage as a polynomial in the size
+// through those profiles (affine for a batch; quadratic for a sequence
+// length, whose attention scores grow with its square), search the largest
+// size each strategy fits under the cap on that model, then check the
+// answer: the chain is profiled again at the answer (a prediction that no
+// longer fits moves the answer down; one that fits is tried one size up),
+// and one training step at that size, run by PlannedChain under the plan, is
+// measured (a measured peak over the cap moves it down again). So every
+// answer returned was seen to fit, and its time per sample is a measured
+// one. How: docs/planned_execution.md.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +32,11 @@
 namespace remat {
 
 /// Options of fit_batch().
+///
+/// A ProfileOptions::selective_policy in `profile` is carried through: the
+/// modelled chains keep every stage's selective costs (StageCost::selective),
+/// so the optimal plan may run stages selectively, and the measured step runs
+/// them under that policy.
 struct FitOptions {
   /// The smaller of the two profiled batches (the other is twice it), and
   /// the smallest batch considered. Default: 4.
@@ -48,12 +56,17 @@ struct FitOptions {
   TORCH_ARG(std::function<torch::Tensor(const torch::Tensor&)>, loss) = {};
 };
 
-/// The largest batch one strategy trains under the cap.
+/// The largest size one strategy trains under the cap.
 struct FitAnswer {
   std::string strategy;  ///< "none", "checkpoint_sequential", "optimal"
-  int64_t batch = 0;     ///< 0: not even probe_batch fits
+  /// The size fitted: the batch for fit_batch(), make_problem's argument for
+  /// fit_size(). 0: not even the smallest size considered fits.
+  int64_t size = 0;
+  /// The first dimension of the input at that size (fit_batch(): = size;
+  /// fit_size() over a sequence length: the fixed batch). 0 if size is 0.
+  int64_t batch = 0;
   int64_t segments = 0;  ///< checkpoint_sequential: its segment count
-  planner::Plan plan;    ///< the plan at that batch
+  planner::Plan plan;    ///< the plan at that size
   int64_t predicted_peak_bytes = 0;  ///< simulate() on the chain profiled there
   double predicted_step_ms = 0;      ///< simulate()'s time there
   int64_t measured_peak_bytes = 0;   ///< the measured step's activation peak
@@ -70,7 +83,9 @@ struct FitAnswer {
 /// max_batch] whose training step stays under `cap_bytes` (activations plus
 /// the input, the planner's units), measured. `make_input(b)` makes an input
 /// of batch size b (the same kind of input every time; random values are
-/// fine). Answers come in that order; each was verified by a measured step.
+/// fine). Costs are modelled as affine in the batch, through profiles at
+/// probe_batch and twice it. Answers come in that order; each was verified by
+/// a measured step; FitAnswer::size and FitAnswer::batch are both the batch.
 ///
 /// Example:
 // clang-format off
@@ -87,5 +102,76 @@ std::vector<FitAnswer> fit_batch(
     const std::vector<Stage>& stages,
     int64_t cap_bytes,
     const FitOptions& options = {});
+
+/// How the costs of a chain grow with the size fit_size() searches over.
+enum class SizeModel {
+  /// Every cost affine in the size, through profiles at probe_size and
+  /// 2 probe_size (a batch: what fit_batch() uses).
+  kAffine,
+  /// Every cost quadratic in the size, through profiles at probe_size,
+  /// 2 probe_size and 4 probe_size (a sequence length: attention scores and
+  /// probabilities grow with its square, the rest with it).
+  kQuadratic,
+};
+
+/// One size of the problem fit_size() searches: the chain's stages at that
+/// size and an input of that size (what make_problem returns).
+struct FitProblem {
+  std::vector<Stage> stages;
+  torch::Tensor input;
+};
+
+/// Options of fit_size().
+///
+/// A ProfileOptions::selective_policy in `profile` is carried through, as in
+/// FitOptions.
+struct FitSizeOptions {
+  /// The smallest size considered, and the first profiled one (the others
+  /// are 2 and, for SizeModel::kQuadratic, 4 times it). Default: 16.
+  TORCH_ARG(int64_t, probe_size) = 16;
+  /// The largest size considered. Default: 4096.
+  TORCH_ARG(int64_t, max_size) = 4096;
+  /// How costs grow with the size. Default: SizeModel::kQuadratic.
+  TORCH_ARG(SizeModel, size_model) = SizeModel::kQuadratic;
+  /// How each stage is profiled. Default: one warm-up run, one timed run.
+  TORCH_ARG(ProfileOptions, profile) = ProfileOptions().warmup(1).repeats(1);
+  /// The largest predicted time per unit of size (per sample for a batch,
+  /// per position for a sequence length) a checkpointing strategy may take,
+  /// as a multiple of no checkpointing's at its own answer, both predicted
+  /// on the model. 0: no limit. Without a fitting no-checkpointing answer
+  /// there is no reference and no limit. Default: 0.
+  TORCH_ARG(double, max_time_ratio) = 0;
+  /// The loss of the measured step, from the chain output. Default: the sum
+  /// of the output (in fp32).
+  TORCH_ARG(std::function<torch::Tensor(const torch::Tensor&)>, loss) = {};
+};
+
+/// For each strategy (no checkpointing, the fastest checkpoint_sequential(k)
+/// that fits, the optimal plan), the largest size n in [probe_size,
+/// max_size] whose training step stays under `cap_bytes` (activations plus
+/// the input, the planner's units), measured. `make_problem(n)` returns the
+/// chain at size n and an input of that size; the size is whatever the
+/// caller makes it: a sequence length (the stages close over a mask of that
+/// length), an image side, a batch. The memory each strategy needs must grow
+/// with n. Answers come in that order; each was verified by a measured step.
+///
+/// Example (the built-in GPT of remat_models, over the sequence length):
+// clang-format off
+///   auto answers = remat::fit_size(
+///       [&](int64_t len) {
+///         return remat::FitProblem{
+///             models::gpt_stages(model, models::causal_mask(len)),
+///             torch::randint(vocab, {batch, len})};
+///       },
+///       256LL << 20, remat::FitSizeOptions().max_size(1024));
+// clang-format on
+///
+/// Throws c10::Error if cap_bytes <= 0, max_time_ratio < 0, probe_size < 1,
+/// max_size < probe_size, `make_problem` is empty or returns no stages or an
+/// undefined input, and as profile_chain.
+std::vector<FitAnswer> fit_size(
+    const std::function<FitProblem(int64_t)>& make_problem,
+    int64_t cap_bytes,
+    const FitSizeOptions& options = {});
 
 }  // namespace remat

@@ -11,7 +11,7 @@
 // remat/stage.h               Stage (one block of any chain), stages_of
 // remat/planned_chain.h       PlannedChain, auto_checkpoint, plan_within
 // remat/planned_sequential.h  PlannedSequential, auto_checkpoint
-// remat/fit.h                 fit_batch (the largest batch under a memory cap)
+// remat/fit.h                 fit_batch, fit_size (largest size under a cap)
 // remat/planner.h             the torch-free planner (remat::planner)
 #pragma once
 

@@ -94,11 +94,17 @@ struct FitCommandOptions {
   ModelFlags model;
   /// The cap, a number of bytes ("64MiB").
   std::string cap;
+  /// batch | seq-len: what is fitted (seq-len: --model gpt only, at the
+  /// fixed --batch).
+  std::string over = "batch";
   int64_t probe_batch = 4;
   int64_t max_batch = 4096;
+  int64_t probe_seq_len = 16;
+  int64_t max_seq_len = 512;
   double max_time_ratio = 0;
   uint64_t seed = 0;
   int64_t threads = 2;
+  bool json = false;
 };
 CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options);
 void run_fit(const FitCommandOptions& options, const CommandIo& io);
