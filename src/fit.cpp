@@ -457,8 +457,10 @@ std::vector<FitAnswer> fit(
     if (strategy == "none" && answer.size > 0 && options.max_time_ratio() > 0) {
       // The reference of the checkpointing strategies' time limit: no
       // checkpointing's predicted time per unit of size at its answer, on
-      // the same model, so that profiling noise cannot tip the comparison.
-      const planner::Chain at_answer = refined.at(answer.size);
+      // the probe profiles' model every strategy's search starts from (not
+      // on none's refined one, whose profile at the answer would make the
+      // reference, and so the limit, looser than the strategies' model).
+      const planner::Chain at_answer = model.at(answer.size);
       limits.max_ms_per_unit =
           options.max_time_ratio() *
           planner::simulate(at_answer, planner::solve_store_all(at_answer))
