@@ -73,11 +73,7 @@ Section run_e2_selective(
       torch::randint(gpt.vocab(), {batch, gpt.seq_len()}, long_options);
   const auto targets =
       torch::randint(gpt.vocab(), {batch, gpt.seq_len()}, long_options);
-  const torch::Tensor mask =
-      torch::ones(
-          {gpt.seq_len(), gpt.seq_len()},
-          torch::TensorOptions().dtype(torch::kBool).device(device))
-          .triu(1);
+  const torch::Tensor mask = models::causal_mask(gpt.seq_len()).to(device);
   const std::vector<Stage> stages = models::gpt_stages(model, mask);
   const Policy policy = policies::save_compute_intensive();
   // More timed runs than the default: the plans follow the times.
