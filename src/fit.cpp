@@ -14,12 +14,14 @@
 //    peak; checkpoint_sequential: the fastest solve_uniform(k) that fits;
 //    optimal: solve_optimal at the cap), and, with max_time_ratio, whose
 //    predicted time per unit of size is at most that multiple of no
-//    checkpointing's at its answer (both predicted on the model).
-// 3. Check at the answer: profile there and, if the real chain fits, run
-//    one measured step under the plan. Every profile seen replaces the
-//    model's one farthest from it (the model is least right far from its
-//    profiles: a transient peak that moves from one op to another as the
-//    size grows is a maximum of polynomials, not one), and the search runs
+//    checkpointing's on its profile at its answer.
+// 3. Check at the answer: profile there and, if the real chain fits (the
+//    cap, and the time limit on that profile's times: the model's times
+//    are least right at large sizes, where caches stop holding a step's
+//    working set), run one measured step under the plan. Every profile seen
+//    replaces the model's one farthest from it (the model is least right far
+//    from its profiles: a transient peak that moves from one op to another as
+//    the size grows is a maximum of polynomials, not one), and the search runs
 //    again between the largest size seen to fit and the smallest seen not
 //    to (a measured step over the cap counts as not fitting; the next try
 //    is then 90 % of it, at least one less). When the model puts the answer
@@ -393,6 +395,7 @@ std::vector<FitAnswer> fit(
     // Sizes below `fitted` + 1 were seen to fit (answer holds the largest);
     // sizes from `failed` on were seen not to.
     ChainModel refined = model;
+    std::optional<planner::Chain> answer_chain;  // the profile at the answer
     int64_t fitted = n1 - 1;
     int64_t failed = options.max_size() + 1;
     auto meets_time_limit = [&](int64_t at) {
@@ -420,10 +423,9 @@ std::vector<FitAnswer> fit(
       const FitProblem problem = problem_at(size);
       const planner::Chain chain =
           profile_chain(problem.stages, problem.input, options.profile());
-      // The time limit was applied on the model (the reference is a
-      // prediction on it too); the real profile checks the cap.
-      std::optional<Choice> choice =
-          choose(strategy, chain, size, Limits{cap_bytes, 0});
+      // The profile checks the cap and the time limit: the model's times
+      // are least right far from the probes, where the answers are.
+      std::optional<Choice> choice = choose(strategy, chain, size, limits);
       if (choice) {
         FitAnswer candidate;
         candidate.strategy = strategy;
@@ -436,6 +438,7 @@ std::vector<FitAnswer> fit(
         measure_step(problem, choice->plan, options, candidate);
         if (candidate.measured_peak_bytes <= cap_bytes) {
           answer = std::move(candidate);
+          answer_chain = chain;
           fitted = size;
           refined = refined.with(size, chain);
           size = largest_on_model(strategy, refined, size, failed - 1, limits);
@@ -447,8 +450,8 @@ std::vector<FitAnswer> fit(
         }
         continue;
       }
-      // The model was wrong here: take this profile into it and search
-      // again below.
+      // The model was wrong here (over the cap or the time limit): take
+      // this profile into it and search again below.
       failed = size;
       refined = refined.with(size, chain);
       size = largest_on_model(
@@ -456,11 +459,8 @@ std::vector<FitAnswer> fit(
     }
     if (strategy == "none" && answer.size > 0 && options.max_time_ratio() > 0) {
       // The reference of the checkpointing strategies' time limit: no
-      // checkpointing's predicted time per unit of size at its answer, on
-      // the probe profiles' model every strategy's search starts from (not
-      // on none's refined one, whose profile at the answer would make the
-      // reference, and so the limit, looser than the strategies' model).
-      const planner::Chain at_answer = model.at(answer.size);
+      // checkpointing's time per unit of size on its profile at its answer.
+      const planner::Chain& at_answer = *answer_chain;
       limits.max_ms_per_unit =
           options.max_time_ratio() *
           planner::simulate(at_answer, planner::solve_store_all(at_answer))

@@ -101,6 +101,8 @@ Section run_e4(const E4Options& options, const Context& context) {
         FitOptions()
             .probe_batch(8)
             .max_batch(options.max_batch)
+            // Three timed rounds: the time limit compares profiled times.
+            .profile(ProfileOptions().warmup(1).repeats(3))
             .max_time_ratio(ratio));
     for (const FitAnswer& answer : answers) {
       if (answer.strategy == "none" && none_batch > 0) {
@@ -160,7 +162,8 @@ Section run_e4(const E4Options& options, const Context& context) {
         << ", dropout " << model_options.dropout() << ", fp32. Cap "
         << cap.to_string()
         << " (activations plus the input, the planner's units). "
-           "`remat::fit_batch`: the chain profiled at batch 8 and 16, every "
+           "`remat::fit_batch`: the chain profiled (one warm-up and three "
+           "timed rounds per stage) at batch 8 and 16, every "
            "stage cost modelled as affine in the batch, the largest batch "
            "each strategy fits on that model (up to "
         << options.max_batch
@@ -171,9 +174,10 @@ Section run_e4(const E4Options& options, const Context& context) {
            "after the warm-up rounds (forward, sum, backward). "
            "`checkpoint_sequential(k)`: the fastest k that fits. Time "
            "limit: `FitOptions::max_time_ratio`, the largest batch whose "
-           "predicted time per sample is at most that multiple of no "
-           "checkpointing's (none: the largest batch that fits at any "
-           "cost). Ratios against no checkpointing.";
+           "time per sample, predicted on its profile at the answer, is at "
+           "most that multiple of no checkpointing's on its own (none: the "
+           "largest batch that fits at any cost). Ratios against no "
+           "checkpointing.";
   section.add_text(about.str());
   section.add_table(std::move(table));
   return section;

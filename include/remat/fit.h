@@ -45,11 +45,12 @@ struct FitOptions {
   TORCH_ARG(int64_t, max_batch) = 4096;
   /// How each stage is profiled. Default: one warm-up run, one timed run.
   TORCH_ARG(ProfileOptions, profile) = ProfileOptions().warmup(1).repeats(1);
-  /// The largest predicted time per sample a checkpointing strategy may
-  /// take, as a multiple of no checkpointing's at its own answer (e.g. 1.3:
-  /// at most 30 % slower per sample), both predicted on the affine model. 0: no
-  /// limit, the largest batch that fits whatever it costs. Without a fitting
-  /// no-checkpointing answer there is no reference and no limit. Default: 0.
+  /// The largest time per sample a checkpointing strategy may take, as a
+  /// multiple of no checkpointing's at its own answer (e.g. 1.3: at most
+  /// 30 % slower per sample), both as simulate() predicts them on the chain
+  /// profiled at the answer. 0: no limit, the largest batch that fits
+  /// whatever it costs. Without a fitting no-checkpointing answer there is
+  /// no reference and no limit. Default: 0.
   TORCH_ARG(double, max_time_ratio) = 0;
   /// The loss of the measured step, from the chain output. Default: the sum
   /// of the output (in fp32).
@@ -137,8 +138,9 @@ struct FitSizeOptions {
   TORCH_ARG(ProfileOptions, profile) = ProfileOptions().warmup(1).repeats(1);
   /// The largest predicted time per unit of size (per sample for a batch,
   /// per position for a sequence length) a checkpointing strategy may take,
-  /// as a multiple of no checkpointing's at its own answer, both predicted
-  /// on the model. 0: no limit. Without a fitting no-checkpointing answer
+  /// as a multiple of no checkpointing's at its own answer, both as
+  /// simulate() predicts them on the chain profiled at the answer. 0: no
+  /// limit. Without a fitting no-checkpointing answer
   /// there is no reference and no limit. Default: 0.
   TORCH_ARG(double, max_time_ratio) = 0;
   /// The loss of the measured step, from the chain output. Default: the sum
