@@ -12,22 +12,27 @@
 // 2. Per strategy, binary-search the largest n in [n1, max_size] that the
 //    strategy fits under the cap on the modelled chain (none: the store-all
 //    peak; checkpoint_sequential: the fastest solve_uniform(k) that fits;
-//    optimal: solve_optimal at the cap), and, with max_time_ratio, whose
-//    predicted time per unit of size is at most that multiple of no
-//    checkpointing's on its profile at its answer.
-// 3. Check at the answer: profile there and, if the real chain fits (the
-//    cap, and the time limit on that profile's times: the model's times
-//    are least right at large sizes, where caches stop holding a step's
-//    working set), run one measured step under the plan. Every profile seen
-//    replaces the model's one farthest from it (the model is least right far
-//    from its profiles: a transient peak that moves from one op to another as
-//    the size grows is a maximum of polynomials, not one), and the search runs
+//    optimal: solve_optimal at the cap).
+// 3. Check at the answer: profile there and, if the real chain fits, run
+//    one measured step under the plan. Every profile seen replaces the
+//    model's one farthest from it (the model is least right far from its
+//    profiles: a transient peak that moves from one op to another as the
+//    size grows is a maximum of polynomials, not one), and the search runs
 //    again between the largest size seen to fit and the smallest seen not
 //    to (a measured step over the cap counts as not fitting; the next try
 //    is then 90 % of it, at least one less). When the model puts the answer
 //    at the largest size seen to fit, the next size is profiled too, so the
-//    answer is the largest whose profile fits (unless the time limit stops
-//    it first). A few rounds at most; what is returned was seen to fit.
+//    answer is the largest whose profile fits. A few rounds at most; what
+//    is returned was seen to fit.
+// 4. With max_time_ratio, every check also times kTimedSteps more steps
+//    (their median is FitAnswer::measured_step_ms). No checkpointing's time
+//    per unit at its answer is the reference. A checkpointing strategy whose
+//    answer is over the limit bisects, on measured checks, between no
+//    checkpointing's answer and its own for the largest size within it.
+//    Times are measured, not modelled: the profile's stage times extrapolate
+//    badly to large sizes (on a CPU the time per sample grows with the
+//    batch once a step's working set leaves the caches), and a step's time
+//    is not the sum of its stages' profiled times.
 // fit_batch is fit_size over the batch with the affine model; the only
 // thing of its own is the check that make_input(b) has batch b.
 #include "remat/fit.h"
@@ -48,11 +53,13 @@
 #include "remat/planned_chain.h"
 #include "remat/planner/simulate.h"
 #include "remat/planner/solvers.h"
+#include "remat/planner/statistics.h"
 
 namespace remat {
 namespace {
 
 constexpr int kMaxChecks = 12;  // profile-and-measure rounds per strategy
+constexpr int kTimedSteps = 5;  // timed steps (after one) of a check's time
 
 /// The chains profiled at a few sizes, and the chain at any size on the
 /// polynomial through them (degree: one less than the number of profiles).
@@ -190,26 +197,14 @@ struct Choice {
   double time_ms = 0;
 };
 
-/// What a strategy may cost: the cap, and at most `max_ms_per_unit`
-/// predicted per unit of size (0: no limit).
-struct Limits {
-  int64_t cap_bytes = 0;
-  double max_ms_per_unit = 0;
-};
-
 std::optional<Choice> choose(
     const std::string& strategy,
     const planner::Chain& chain,
-    int64_t size,
-    const Limits& limits) {
-  const int64_t cap = limits.cap_bytes;
+    int64_t cap_bytes) {
   auto fits = [&](planner::Plan plan,
                   int64_t segments) -> std::optional<Choice> {
     const planner::Simulation simulation = planner::simulate(chain, plan);
-    if (!simulation.valid || simulation.peak_bytes > cap ||
-        (limits.max_ms_per_unit > 0 &&
-         simulation.time_ms >
-             limits.max_ms_per_unit * static_cast<double>(size))) {
+    if (!simulation.valid || simulation.peak_bytes > cap_bytes) {
       return std::nullopt;
     }
     return Choice{
@@ -220,73 +215,52 @@ std::optional<Choice> choose(
   }
   if (strategy == "checkpoint_sequential") {
     std::optional<Choice> best;
-    double best_ms = std::numeric_limits<double>::infinity();
     for (int64_t k = 1; k <= chain.size(); ++k) {
-      planner::Plan plan = planner::solve_uniform(chain, k);
-      const double ms = planner::simulate(chain, plan).time_ms;
-      if (ms < best_ms) {
-        if (auto choice = fits(std::move(plan), k)) {
-          best = std::move(choice);
-          best_ms = ms;
-        }
+      auto choice = fits(planner::solve_uniform(chain, k), k);
+      if (choice && (!best || choice->time_ms < best->time_ms)) {
+        best = std::move(choice);
       }
     }
     return best;
   }
-  std::optional<planner::Plan> plan = planner::solve_optimal(chain, cap);
+  std::optional<planner::Plan> plan = planner::solve_optimal(chain, cap_bytes);
   return plan ? fits(std::move(*plan), 0) : std::nullopt;
 }
 
-/// The largest size in [lo, hi] that `strategy` fits on the model; lo - 1
-/// when none does. Fitting the cap is monotone in the size (binary search);
-/// a time limit fails at small sizes too (fixed costs per step), so below
-/// the cap's answer the size steps down geometrically to the first that
-/// meets it, then a binary search finds the largest up to the last failure.
+/// The largest size in [lo, hi] that `strategy` fits under the cap on the
+/// model (binary search: fitting is monotone in the size); lo - 1 when none
+/// does.
 int64_t largest_on_model(
     const std::string& strategy,
     const ChainModel& model,
     int64_t lo,
     int64_t hi,
-    const Limits& limits) {
-  auto fits = [&](int64_t size, const Limits& with) {
-    return choose(strategy, model.at(size), size, with).has_value();
+    int64_t cap_bytes) {
+  auto fits = [&](int64_t size) {
+    return choose(strategy, model.at(size), cap_bytes).has_value();
   };
-  const Limits cap_only{limits.cap_bytes, 0};
-  auto largest = [&](int64_t low, int64_t high, const Limits& with) {
-    while (low < high) {  // invariant: fits(low)
-      const int64_t mid = low + (high - low + 1) / 2;
-      if (fits(mid, with)) {
-        low = mid;
-      } else {
-        high = mid - 1;
-      }
-    }
-    return low;
-  };
-  if (!fits(lo, cap_only)) {
+  if (!fits(lo)) {
     return lo - 1;
   }
-  const int64_t under_cap = largest(lo, hi, cap_only);
-  if (limits.max_ms_per_unit <= 0 || fits(under_cap, limits)) {
-    return under_cap;
-  }
-  int64_t failed = under_cap;
-  for (int64_t size = under_cap * 19 / 20; size >= lo;
-       size = std::min(size - 1, size * 19 / 20)) {
-    if (fits(size, limits)) {
-      return largest(size, failed - 1, limits);
+  while (lo < hi) {  // invariant: fits(lo)
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
     }
-    failed = size;
   }
-  return lo - 1;
+  return lo;
 }
 
-/// One training step of `problem` under `plan`; fills the measured fields
-/// of `answer`.
-void measure_step(
+/// Training steps of `problem` under `plan`: the first measures the peak
+/// and, with `timed_steps` 0, the time; otherwise the time is the median of
+/// `timed_steps` more. Fills the measured fields of `answer`.
+void measure_steps(
     const FitProblem& problem,
     const planner::Plan& plan,
     const FitSizeOptions& options,
+    int timed_steps,
     FitAnswer& answer) {
   const torch::Tensor& input = problem.input;
   PlannedChain net(
@@ -296,21 +270,32 @@ void measure_step(
           options.profile().selective_policy()));
   detail::ModelStateGuard state(
       detail::modules_of(problem.stages), input.device());
-  MemoryMeter meter(input.device());
-  detail::synchronize(input.device());
-  const auto start = std::chrono::steady_clock::now();
-  torch::Tensor output = net->forward(input);
-  torch::Tensor loss =
-      options.loss() ? options.loss()(output) : output.to(torch::kFloat).sum();
-  output =
-      torch::Tensor();  // as a training loop: the output goes with backward
-  loss.backward();
-  detail::synchronize(input.device());
-  answer.measured_step_ms = detail::elapsed_ms(start);
-  // The loss and its seed gradient are outside the chain; the input inside.
-  answer.measured_peak_bytes = meter.peak_delta_bytes() -
-                               2 * static_cast<int64_t>(loss.nbytes()) +
-                               static_cast<int64_t>(input.nbytes());
+  std::vector<double> times;
+  for (int step = 0; step <= timed_steps; ++step) {
+    MemoryMeter meter(input.device());
+    detail::synchronize(input.device());
+    const auto start = std::chrono::steady_clock::now();
+    torch::Tensor output = net->forward(input);
+    torch::Tensor loss = options.loss() ? options.loss()(output)
+                                        : output.to(torch::kFloat).sum();
+    output = torch::Tensor();  // as a training loop: it goes with backward
+    loss.backward();
+    detail::synchronize(input.device());
+    const double ms = detail::elapsed_ms(start);
+    if (step == 0) {
+      // The loss and its seed gradient are outside the chain; the input
+      // inside.
+      answer.measured_peak_bytes = meter.peak_delta_bytes() -
+                                   2 * static_cast<int64_t>(loss.nbytes()) +
+                                   static_cast<int64_t>(input.nbytes());
+      answer.measured_step_ms = ms;
+    } else {
+      times.push_back(ms);
+    }
+  }
+  if (!times.empty()) {
+    answer.measured_step_ms = planner::median(times);
+  }
 }
 
 /// How the entry point calling fit() names itself and its size options in
@@ -386,8 +371,41 @@ std::vector<FitAnswer> fit(
   }
   const ChainModel model(sizes, std::move(profiled));
 
+  // With a time limit every check times its step (NOTE: [Fitting a size]).
+  const int timed_steps = options.max_time_ratio() > 0 ? kTimedSteps : 0;
+  // One check at `size`: the chain profiled there and, if the strategy fits
+  // it under the cap, its measured steps; an answer if they stayed under.
+  struct Check {
+    planner::Chain chain;
+    std::optional<FitAnswer> answer;
+    bool measured_over_cap = false;
+  };
+  auto check = [&](const std::string& strategy, int64_t size) {
+    const FitProblem problem = problem_at(size);
+    Check result{
+        profile_chain(problem.stages, problem.input, options.profile()), {}};
+    if (std::optional<Choice> choice =
+            choose(strategy, result.chain, cap_bytes)) {
+      FitAnswer candidate;
+      candidate.strategy = strategy;
+      candidate.size = size;
+      candidate.batch = problem.input.dim() >= 1 ? problem.input.size(0) : 1;
+      candidate.segments = choice->segments;
+      candidate.plan = choice->plan;
+      candidate.predicted_peak_bytes = choice->peak_bytes;
+      candidate.predicted_step_ms = choice->time_ms;
+      measure_steps(problem, choice->plan, options, timed_steps, candidate);
+      result.measured_over_cap = candidate.measured_peak_bytes > cap_bytes;
+      if (!result.measured_over_cap) {
+        result.answer = std::move(candidate);
+      }
+    }
+    return result;
+  };
+
   std::vector<FitAnswer> answers;
-  Limits limits{cap_bytes, 0};
+  double reference_ms_per_unit = 0;  // none's, measured at its answer
+  int64_t reference_size = 0;
   for (const std::string strategy :
        {"none", "checkpoint_sequential", "optimal"}) {
     FitAnswer answer;
@@ -395,77 +413,71 @@ std::vector<FitAnswer> fit(
     // Sizes below `fitted` + 1 were seen to fit (answer holds the largest);
     // sizes from `failed` on were seen not to.
     ChainModel refined = model;
-    std::optional<planner::Chain> answer_chain;  // the profile at the answer
     int64_t fitted = n1 - 1;
     int64_t failed = options.max_size() + 1;
-    auto meets_time_limit = [&](int64_t at) {
-      return limits.max_ms_per_unit <= 0 ||
-             choose(
-                 strategy,
-                 refined.at(at),
-                 at,
-                 Limits{
-                     std::numeric_limits<int64_t>::max(),
-                     limits.max_ms_per_unit})
-                 .has_value();
-    };
     int64_t size =
-        largest_on_model(strategy, refined, n1, options.max_size(), limits);
-    for (int check = 0; check < kMaxChecks; ++check) {
+        largest_on_model(strategy, refined, n1, options.max_size(), cap_bytes);
+    for (int round = 0; round < kMaxChecks; ++round) {
       if (size <= fitted) {
         // Nothing larger fits on the model: see that the next size does
-        // not fit either, unless that is known (or beyond the time limit).
-        if (fitted + 1 >= failed || !meets_time_limit(fitted + 1)) {
+        // not fit either, unless that is known.
+        if (fitted + 1 >= failed) {
           break;
         }
         size = fitted + 1;
       }
-      const FitProblem problem = problem_at(size);
-      const planner::Chain chain =
-          profile_chain(problem.stages, problem.input, options.profile());
-      // The profile checks the cap and the time limit: the model's times
-      // are least right far from the probes, where the answers are.
-      std::optional<Choice> choice = choose(strategy, chain, size, limits);
-      if (choice) {
-        FitAnswer candidate;
-        candidate.strategy = strategy;
-        candidate.size = size;
-        candidate.batch = problem.input.dim() >= 1 ? problem.input.size(0) : 1;
-        candidate.segments = choice->segments;
-        candidate.plan = choice->plan;
-        candidate.predicted_peak_bytes = choice->peak_bytes;
-        candidate.predicted_step_ms = choice->time_ms;
-        measure_step(problem, choice->plan, options, candidate);
-        if (candidate.measured_peak_bytes <= cap_bytes) {
-          answer = std::move(candidate);
-          answer_chain = chain;
-          fitted = size;
-          refined = refined.with(size, chain);
-          size = largest_on_model(strategy, refined, size, failed - 1, limits);
-        } else {
-          // Measured over the cap: not an answer, and the model cannot
-          // tell why; step down.
-          failed = size;
-          size = std::max(fitted, std::min(size - 1, size * 9 / 10));
-        }
-        continue;
+      Check result = check(strategy, size);
+      if (result.answer) {
+        answer = std::move(*result.answer);
+        fitted = size;
+        refined = refined.with(size, result.chain);
+        size = largest_on_model(strategy, refined, size, failed - 1, cap_bytes);
+      } else if (result.measured_over_cap) {
+        // The profile fits, the measured step does not, and the model
+        // cannot tell why: step down.
+        failed = size;
+        size = std::max(fitted, std::min(size - 1, size * 9 / 10));
+      } else {
+        // The model was wrong here: take this profile into it and search
+        // again below.
+        failed = size;
+        refined = refined.with(size, result.chain);
+        size = largest_on_model(
+            strategy, refined, std::max(n1, fitted), size - 1, cap_bytes);
       }
-      // The model was wrong here (over the cap or the time limit): take
-      // this profile into it and search again below.
-      failed = size;
-      refined = refined.with(size, chain);
-      size = largest_on_model(
-          strategy, refined, std::max(n1, fitted), size - 1, limits);
     }
-    if (strategy == "none" && answer.size > 0 && options.max_time_ratio() > 0) {
-      // The reference of the checkpointing strategies' time limit: no
-      // checkpointing's time per unit of size on its profile at its answer.
-      const planner::Chain& at_answer = *answer_chain;
-      limits.max_ms_per_unit =
-          options.max_time_ratio() *
-          planner::simulate(at_answer, planner::solve_store_all(at_answer))
-              .time_ms /
-          static_cast<double>(answer.size);
+    auto ms_per_unit = [](const FitAnswer& a) {
+      return a.measured_step_ms / static_cast<double>(a.size);
+    };
+    if (strategy == "none") {
+      if (answer.size > 0) {
+        reference_ms_per_unit = ms_per_unit(answer);
+        reference_size = answer.size;
+      }
+    } else if (
+        timed_steps > 0 && reference_size > 0 && answer.size > 0 &&
+        ms_per_unit(answer) >
+            options.max_time_ratio() * reference_ms_per_unit) {
+      // Over the time limit at the cap's answer: the largest size from
+      // no checkpointing's answer up that meets it, by bisection on
+      // measured times (they grow with the size as the plan recomputes
+      // more under the same cap).
+      const double limit = options.max_time_ratio() * reference_ms_per_unit;
+      FitAnswer within;
+      within.strategy = strategy;
+      int64_t lo = std::min(reference_size, answer.size - 1);
+      int64_t hi = answer.size - 1;
+      while (lo <= hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        Check result = check(strategy, mid);
+        if (result.answer && ms_per_unit(*result.answer) <= limit) {
+          within = std::move(*result.answer);
+          lo = mid + 1;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      answer = std::move(within);
     }
     answers.push_back(std::move(answer));
   }

@@ -86,6 +86,39 @@ TEST(
   EXPECT_GT(answers[1].segments, 0);
 }
 
+// The time limit compares measured times per sample with no checkpointing's:
+// a ratio every step meets (huge) leaves every answer where the cap puts it;
+// one no step meets (tiny) leaves the checkpointing strategies nothing, and
+// no checkpointing its answer.
+TEST(FitBatch, TheTimeLimitKeepsTheCapsAnswersWhenLooseAndNoneWhenImpossible) {
+  const auto stages = residual_stages(8);
+  constexpr int64_t kCap = 2 << 20;
+  const auto options = remat::FitOptions().max_batch(1024);
+  const auto free = remat::fit_batch(rows, stages, kCap, options);
+  const auto loose = remat::fit_batch(
+      rows, stages, kCap, remat::FitOptions(options).max_time_ratio(1e6));
+  const auto impossible = remat::fit_batch(
+      rows, stages, kCap, remat::FitOptions(options).max_time_ratio(1e-9));
+  ASSERT_EQ(free.size(), 3u);
+  ASSERT_EQ(loose.size(), 3u);
+  ASSERT_EQ(impossible.size(), 3u);
+  ASSERT_GT(free[0].batch, 0);
+  for (size_t i = 0; i < free.size(); ++i) {
+    SCOPED_TRACE(free[i].strategy);
+    EXPECT_EQ(loose[i].strategy, free[i].strategy);
+    EXPECT_EQ(loose[i].batch, free[i].batch);
+    EXPECT_LE(loose[i].measured_peak_bytes, kCap);
+    EXPECT_EQ(impossible[i].strategy, free[i].strategy);
+    if (i == 0) {
+      EXPECT_EQ(impossible[i].batch, free[i].batch);
+    } else {
+      EXPECT_GT(free[i].batch, free[0].batch);
+      EXPECT_EQ(impossible[i].batch, 0);
+      EXPECT_EQ(impossible[i].size, 0);
+    }
+  }
+}
+
 /// Whether `strategy` fits `chain` under `cap_bytes` on the prediction, by
 /// its own rule: store-all's peak; some checkpoint_sequential(k)'s peak; an
 /// optimal plan at the cap.

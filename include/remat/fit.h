@@ -47,10 +47,14 @@ struct FitOptions {
   TORCH_ARG(ProfileOptions, profile) = ProfileOptions().warmup(1).repeats(1);
   /// The largest time per sample a checkpointing strategy may take, as a
   /// multiple of no checkpointing's at its own answer (e.g. 1.3: at most
-  /// 30 % slower per sample), both as simulate() predicts them on the chain
-  /// profiled at the answer. 0: no limit, the largest batch that fits
-  /// whatever it costs. Without a fitting no-checkpointing answer there is
-  /// no reference and no limit. Default: 0.
+  /// 30 % slower per sample), both measured: with a limit, every measured
+  /// step is one untimed step and five timed ones, and
+  /// FitAnswer::measured_step_ms is their median. A strategy over the limit
+  /// at its largest fitting batch gets the largest batch between no
+  /// checkpointing's answer and that one within it (0 if none measures
+  /// within it). 0: no limit, the largest batch that fits whatever it costs.
+  /// Without a fitting no-checkpointing answer there is no reference and no
+  /// limit. Default: 0.
   TORCH_ARG(double, max_time_ratio) = 0;
   /// The loss of the measured step, from the chain output. Default: the sum
   /// of the output (in fp32).
@@ -72,7 +76,9 @@ struct FitAnswer {
   double predicted_step_ms = 0;      ///< simulate()'s time there
   int64_t measured_peak_bytes = 0;   ///< the measured step's activation peak
                                      ///< plus the input's bytes
-  double measured_step_ms = 0;       ///< the measured step's time
+  /// The measured step's time (with a time limit: the median of the timed
+  /// steps).
+  double measured_step_ms = 0;
   /// Measured time per sample: measured_step_ms / batch (0 if batch is 0).
   double ms_per_sample() const {
     return batch > 0 ? measured_step_ms / static_cast<double>(batch) : 0;
@@ -136,12 +142,10 @@ struct FitSizeOptions {
   TORCH_ARG(SizeModel, size_model) = SizeModel::kQuadratic;
   /// How each stage is profiled. Default: one warm-up run, one timed run.
   TORCH_ARG(ProfileOptions, profile) = ProfileOptions().warmup(1).repeats(1);
-  /// The largest predicted time per unit of size (per sample for a batch,
-  /// per position for a sequence length) a checkpointing strategy may take,
-  /// as a multiple of no checkpointing's at its own answer, both as
-  /// simulate() predicts them on the chain profiled at the answer. 0: no
-  /// limit. Without a fitting no-checkpointing answer
-  /// there is no reference and no limit. Default: 0.
+  /// The largest time per unit of size (per sample for a batch, per
+  /// position for a sequence length) a checkpointing strategy may take, as
+  /// a multiple of no checkpointing's at its own answer, both measured, as
+  /// FitOptions::max_time_ratio. 0: no limit. Default: 0.
   TORCH_ARG(double, max_time_ratio) = 0;
   /// The loss of the measured step, from the chain output. Default: the sum
   /// of the output (in fp32).

@@ -144,7 +144,7 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
           "--max-time-ratio",
           options.max_time_ratio,
           "Checkpointing may cost at most this multiple of no checkpointing's "
-          "predicted time per sample (per position for seq-len; 0: no limit)")
+          "measured time per sample (per position for seq-len; 0: no limit)")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   command->add_flag("--json", options.json, "Print JSON instead of text");
