@@ -24,14 +24,14 @@
 //    at the largest size seen to fit, the next size is profiled too, so the
 //    answer is the largest whose profile fits. A few rounds at most; what
 //    is returned was seen to fit.
-// 4. With max_time_ratio, every check also times kTimedSteps more steps
-//    (their median is FitAnswer::measured_step_ms). No checkpointing's time
-//    per unit at its answer is the reference. A checkpointing strategy whose
-//    answer is over the limit bisects, on measured checks, between no
-//    checkpointing's answer and its own for the largest size within it.
-//    Times are measured, not modelled: the profile's stage times extrapolate
-//    badly to large sizes (on a CPU the time per sample grows with the
-//    batch once a step's working set leaves the caches), and a step's time
+// 4. With max_time_ratio, every check also times kTimedSteps steps after
+//    kWarmupSteps (their median is FitAnswer::measured_step_ms). No
+//    checkpointing's time per unit at its answer is the reference. A
+//    checkpointing strategy whose answer is over the limit bisects, on measured
+//    checks, between no checkpointing's answer and its own for the largest size
+//    within it. Times are measured, not modelled: the profile's stage times
+//    extrapolate badly to large sizes (on a CPU the time per sample grows with
+//    the batch once a step's working set leaves the caches), and a step's time
 //    is not the sum of its stages' profiled times.
 // fit_batch is fit_size over the batch with the affine model; the only
 // thing of its own is the check that make_input(b) has batch b.
@@ -59,7 +59,10 @@ namespace remat {
 namespace {
 
 constexpr int kMaxChecks = 12;  // profile-and-measure rounds per strategy
-constexpr int kTimedSteps = 5;  // timed steps (after one) of a check's time
+// With a time limit, a check's time is the median of kTimedSteps steps after
+// kWarmupSteps (the benchmarks' protocol); the first step measures the peak.
+constexpr int kWarmupSteps = 3;
+constexpr int kTimedSteps = 10;
 
 /// The chains profiled at a few sizes, and the chain at any size on the
 /// polynomial through them (degree: one less than the number of profiles).
@@ -254,13 +257,13 @@ int64_t largest_on_model(
 }
 
 /// Training steps of `problem` under `plan`: the first measures the peak
-/// and, with `timed_steps` 0, the time; otherwise the time is the median of
-/// `timed_steps` more. Fills the measured fields of `answer`.
+/// and, unless `timed`, the time; if `timed`, the time is the median of
+/// kTimedSteps after kWarmupSteps. Fills the measured fields of `answer`.
 void measure_steps(
     const FitProblem& problem,
     const planner::Plan& plan,
     const FitSizeOptions& options,
-    int timed_steps,
+    bool timed,
     FitAnswer& answer) {
   const torch::Tensor& input = problem.input;
   PlannedChain net(
@@ -271,7 +274,8 @@ void measure_steps(
   detail::ModelStateGuard state(
       detail::modules_of(problem.stages), input.device());
   std::vector<double> times;
-  for (int step = 0; step <= timed_steps; ++step) {
+  const int steps = timed ? kWarmupSteps + kTimedSteps : 1;
+  for (int step = 0; step < steps; ++step) {
     MemoryMeter meter(input.device());
     detail::synchronize(input.device());
     const auto start = std::chrono::steady_clock::now();
@@ -289,7 +293,8 @@ void measure_steps(
                                    2 * static_cast<int64_t>(loss.nbytes()) +
                                    static_cast<int64_t>(input.nbytes());
       answer.measured_step_ms = ms;
-    } else {
+    }
+    if (step >= kWarmupSteps) {
       times.push_back(ms);
     }
   }
@@ -372,7 +377,7 @@ std::vector<FitAnswer> fit(
   const ChainModel model(sizes, std::move(profiled));
 
   // With a time limit every check times its step (NOTE: [Fitting a size]).
-  const int timed_steps = options.max_time_ratio() > 0 ? kTimedSteps : 0;
+  const bool timed = options.max_time_ratio() > 0;
   // One check at `size`: the chain profiled there and, if the strategy fits
   // it under the cap, its measured steps; an answer if they stayed under.
   struct Check {
@@ -394,7 +399,7 @@ std::vector<FitAnswer> fit(
       candidate.plan = choice->plan;
       candidate.predicted_peak_bytes = choice->peak_bytes;
       candidate.predicted_step_ms = choice->time_ms;
-      measure_steps(problem, choice->plan, options, timed_steps, candidate);
+      measure_steps(problem, choice->plan, options, timed, candidate);
       result.measured_over_cap = candidate.measured_peak_bytes > cap_bytes;
       if (!result.measured_over_cap) {
         result.answer = std::move(candidate);
@@ -455,7 +460,7 @@ std::vector<FitAnswer> fit(
         reference_size = answer.size;
       }
     } else if (
-        timed_steps > 0 && reference_size > 0 && answer.size > 0 &&
+        timed && reference_size > 0 && answer.size > 0 &&
         ms_per_unit(answer) >
             options.max_time_ratio() * reference_ms_per_unit) {
       // Over the time limit at the cap's answer: the largest size from

@@ -47,10 +47,10 @@ struct FitOptions {
   TORCH_ARG(ProfileOptions, profile) = ProfileOptions().warmup(1).repeats(1);
   /// The largest time per sample a checkpointing strategy may take, as a
   /// multiple of no checkpointing's at its own answer (e.g. 1.3: at most
-  /// 30 % slower per sample), both measured: with a limit, every measured
-  /// step is one untimed step and five timed ones, and
-  /// FitAnswer::measured_step_ms is their median. A strategy over the limit
-  /// at its largest fitting batch gets the largest batch between no
+  /// 30 % slower per sample), both measured: with a limit, every check
+  /// runs 3 untimed steps and 10 timed ones, and
+  /// FitAnswer::measured_step_ms is the timed ones' median. A strategy over the
+  /// limit at its largest fitting batch gets the largest batch between no
   /// checkpointing's answer and that one within it (0 if none measures
   /// within it). 0: no limit, the largest batch that fits whatever it costs.
   /// Without a fitting no-checkpointing answer there is no reference and no
