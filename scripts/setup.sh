@@ -11,6 +11,7 @@ set -euo pipefail
 packages=(
   build-essential cmake git
   libtorch-dev            # LibTorch 1.13.1 (CPU)
+  libgloo-dev             # Gloo's headers, for c10d's Gloo backend (data-parallel training)
   libopenblas0-openmp     # optimized BLAS; without it LibTorch uses reference BLAS (~16x slower)
   libgtest-dev googletest # GoogleTest, GoogleMock
   nlohmann-json3-dev      # JSON for chains and plans

@@ -58,10 +58,10 @@ checkout=$(cd "$(dirname "$0")/.." && pwd)
 packages=(build-essential cmake git ccache libgtest-dev googletest nlohmann-json3-dev
   libcli11-dev gnuplot-nox libopenblas0-openmp)
 case "$variant" in
-  trixie | sid) packages+=(libtorch-dev) ;;
+  trixie | sid) packages+=(libtorch-dev libgloo-dev) ;;
   bookworm) packages=(make) ;;
   # find_package(Torch) needs the CUDA toolkit (nvcc, headers) besides LibTorch.
-  trixie-cuda) packages+=(libtorch-cuda-dev nvidia-cuda-toolkit) ;;
+  trixie-cuda) packages+=(libtorch-cuda-dev nvidia-cuda-toolkit libgloo-dev) ;;
 esac
 
 log() { echo "torch-env[$variant]: $*" >&2; }

@@ -13,6 +13,7 @@
 //   4. Autocast state
 //   5. Autograd node ownership  (std::shared_ptr or c10::intrusive_ptr)
 //   6. The dispatch key of selective checkpointing
+//   7. c10d: the rendezvous store and the Gloo process group
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -256,5 +257,47 @@ namespace remat::compat {
 
 inline constexpr c10::DispatchKey kSelectiveKey =
     c10::DispatchKey::REMAT_SELECTIVE_DISPATCH_KEY;
+
+}  // namespace remat::compat
+
+// ===== 7. c10d: the rendezvous store and the Gloo process group
+// ===============
+//
+// What distributed.cpp uses, and how it differs:
+// 1.13, 2.6 (headers), 2.14 (checked): TCPStore(host, TCPStoreOptions) with
+//       the fields port, isServer, numWorkers, waitWorkers and timeout;
+//       ProcessGroupGloo(store, rank, size, Options) with Options::create(
+//       timeout) and ::devices; createDeviceForHostname(host) and
+//       createDefaultDevice() (2.14 adds a defaulted lazyInit argument);
+//       allreduce/broadcast/barrier returning c10::intrusive_ptr<c10d::Work>
+//       and Work::wait(timeout); ReduceOp::SUM (Gloo has no AVG in any of
+//       them). ProcessGroupGloo derives from ProcessGroup in 1.13 and from
+//       Backend in 2.x; remat only names ProcessGroupGloo, so that is moot.
+// 2.x:  TCPStoreOptions::useLibUV, true by default, selects a libuv server
+//       that Debian's LibTorch is built without; remat asks for the classic
+//       socket server where the field exists (decided from the type).
+// The headers need USE_C10D_GLOO, which the Torch package's targets define
+// for their users (1.13 and 2.14 checked), and Gloo's own headers
+// (Debian: libgloo-dev). Hooks on parameters use Tensor::register_hook on a
+// leaf (called before accumulation, its result replacing the gradient) and
+// remove_hook, the same in every version.
+
+namespace remat::compat {
+
+template <class StoreOptions, class = void>
+struct HasUseLibUV : std::false_type {};
+template <class StoreOptions>
+struct HasUseLibUV<
+    StoreOptions,
+    std::void_t<decltype(std::declval<StoreOptions&>().useLibUV)>>
+    : std::true_type {};
+
+/// Asks TCPStore for its classic socket server, in every version.
+template <class StoreOptions>
+void use_socket_store(StoreOptions& options) {
+  if constexpr (HasUseLibUV<StoreOptions>::value) {
+    options.useLibUV = false;
+  }
+}
 
 }  // namespace remat::compat

@@ -2,20 +2,28 @@
 // strategy), plan choice and progress line as library functions; run_cli()
 // in-process; and the built binary as a real process (exit codes, stdout
 // JSON, stderr messages), every subcommand on a tiny model. Kept fast: the
-// models are a few thousand parameters and runs are a few steps.
+// models are a few thousand parameters and runs are a few steps. Data
+// parallel: `--nproc 2` against `--nproc 1` on the same global batch (the
+// saved parameters compared), and a worker killed mid-run.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <remat/distributed.h>
 #include <remat/planner.h>
+#include <torch/serialize.h>
 #include <nlohmann/json.hpp>
 
 #include <remat/budget.h>
@@ -785,6 +793,173 @@ TEST(RematBinary, BenchWritesCsvMatchingItsRowsAndAPlot) {
     EXPECT_GT(fs::file_size(out / "plot.png"), 1000u);
     EXPECT_NE(summary.find("](plot.png)"), std::string::npos) << summary;
   }
+}
+
+// ---------------------------------------------------------------- data
+// parallel
+
+// A tiny MLP without dropout: ranks on slices of the batch then train
+// exactly like one process on the whole batch.
+const std::string kParallelMlp =
+    "--model mlp --layers 3 --hidden 16 --batch 8 --dropout 0 --threads 1 "
+    "--steps 3 --log-every 1 --strategy uniform:2";
+
+std::vector<torch::Tensor> load_parameters(const fs::path& path) {
+  std::vector<torch::Tensor> values;
+  torch::load(values, path.string());
+  return values;
+}
+
+TEST(RematBinary, TwoLocalWorkersTrainLikeOneOnTheWholeBatch) {
+  const fs::path two = scratch() / "two_workers.pt";
+  const fs::path one = scratch() / "one_worker.pt";
+  ProcessResult result = run_remat(
+      "train " + kParallelMlp + " --nproc 2 --save '" + two.string() + "'");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_NE(result.out.find("parallel  2 ranks"), std::string::npos)
+      << result.out;
+  // Only rank 0 prints: one summary, one line per step.
+  EXPECT_EQ(result.out.find("summary"), result.out.rfind("summary"))
+      << result.out;
+  EXPECT_EQ(result.out.find("step 3/3"), result.out.rfind("step 3/3"))
+      << result.out;
+  result = run_remat(
+      "train " + kParallelMlp + " --nproc 1 --save '" + one.string() + "'");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+
+  const auto parallel = load_parameters(two);
+  const auto whole = load_parameters(one);
+  ASSERT_EQ(parallel.size(), whole.size());
+  ASSERT_FALSE(whole.empty());
+  for (size_t index = 0; index < whole.size(); ++index) {
+    const double scale = whole[index].abs().max().item<double>();
+    const double difference =
+        (parallel[index] - whole[index]).abs().max().item<double>();
+    // AdamW's first steps divide by |gradient|, which amplifies the
+    // rounding differences of summing the halves: 1e-5 relative.
+    EXPECT_LE(difference, 1e-5 * scale)
+        << "parameter " << index << ": max difference " << difference
+        << " (max magnitude " << scale << ")";
+  }
+}
+
+TEST(RematBinary, ParallelTrainRefusesABatchThatDoesNotDivide) {
+  ProcessResult result = run_remat("train " + kParallelMlp + " --nproc 3");
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(
+      result.err.find("--batch: the global batch must divide by --nproc 3, "
+                      "got 8"),
+      std::string::npos)
+      << describe(result);
+  result = run_remat("train " + kParallelMlp + " --rank 0");
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(
+      result.err.find("--rank: expected --world-size too"), std::string::npos)
+      << describe(result);
+}
+
+TEST(RematBinary, ALocalWorkerThatFailsMakesTheLaunchFail) {
+  const ProcessResult result =
+      run_remat("train --model mlp --hidden 0 --batch 8 --nproc 2");
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(
+      result.err.find("--hidden: expected a positive integer, got 0"),
+      std::string::npos)
+      << describe(result);
+  EXPECT_NE(
+      result.err.find("remat train: error: worker rank "), std::string::npos)
+      << describe(result);
+}
+
+/// A remat process started in the background, its streams in files.
+struct Background {
+  pid_t pid = -1;
+  fs::path out;
+  fs::path err;
+};
+
+Background start_remat(
+    const std::vector<std::string>& arguments, const std::string& name) {
+  Background process;
+  process.out = scratch() / (name + ".out");
+  process.err = scratch() / (name + ".err");
+  std::vector<std::string> argv_strings = {REMAT_CLI_PATH};
+  argv_strings.insert(argv_strings.end(), arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (std::string& argument : argv_strings) {
+    argv.push_back(argument.data());
+  }
+  argv.push_back(nullptr);
+  const std::string out_path = process.out.string();
+  const std::string err_path = process.err.string();
+  process.pid = ::fork();
+  if (process.pid == 0) {
+    const int out =
+        ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err =
+        ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return process;
+}
+
+/// Waits up to `seconds` for `pid`; its exit code, or -1 if it is still
+/// running (then it is killed) or was killed by a signal.
+int wait_for(pid_t pid, double seconds) {
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+TEST(RematBinary, AKilledWorkerMakesTheOtherExitWithinTheTimeout) {
+  const std::string port = std::to_string(remat::distributed::find_free_port());
+  const std::vector<std::string> common = {
+      "train", "--model",       "mlp",       "--layers",
+      "3",     "--hidden",      "16",        "--batch",
+      "8",     "--dropout",     "0",         "--threads",
+      "1",     "--steps",       "1000000",   "--log-every",
+      "1",     "--strategy",    "uniform:2", "--world-size",
+      "2",     "--master-port", port,        "--timeout",
+      "10"};
+  std::vector<std::string> rank0 = common, rank1 = common;
+  rank0.insert(rank0.end(), {"--rank", "0"});
+  rank1.insert(rank1.end(), {"--rank", "1"});
+  const Background survivor = start_remat(rank0, "survivor");
+  const Background victim = start_remat(rank1, "victim");
+  // Training is under way once rank 0 has printed a few steps.
+  const auto started = std::chrono::steady_clock::now();
+  while (read_file(survivor.out).find("step 3/") == std::string::npos &&
+         std::chrono::steady_clock::now() - started <
+             std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(read_file(survivor.out).find("step 3/"), std::string::npos)
+      << read_file(survivor.out) << read_file(survivor.err)
+      << read_file(victim.err);
+  ::kill(victim.pid, SIGKILL);
+  ::waitpid(victim.pid, nullptr, 0);
+  const auto killed = std::chrono::steady_clock::now();
+  const int code = wait_for(survivor.pid, 25);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed)
+          .count();
+  const std::string err = read_file(survivor.err);
+  EXPECT_EQ(code, 1) << err;
+  EXPECT_LT(seconds, 10) << err;
+  EXPECT_NE(err.find("failed on rank 0 of 2"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // remat/saved_tensor_hooks.h  SavedTensorHooks, install_engine
 // remat/policy.h              CheckpointPolicy, policies (selective)
 // remat/compress.h            CompressActivations (saved in bf16/fp16/int8)
+// remat/distributed.h         ProcessGroup, GradientSync (data parallel)
 // remat/offload.h             SaveOnCpu, SaveToFile (saved to host or a file)
 // remat/memory_meter.h        MemoryMeter, install_tracking_allocator
 // remat/precision.h           Precision, AutocastGuard (mixed precision)
@@ -18,6 +19,7 @@
 #include "remat/budget.h"
 #include "remat/checkpoint.h"
 #include "remat/compress.h"
+#include "remat/distributed.h"
 #include "remat/fit.h"
 #include "remat/memory_meter.h"
 #include "remat/offload.h"

@@ -80,6 +80,7 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
     name += " " + chosen->get_name();
     if (chosen == train_command) {
       train.budget.budget_given = given(train_command, "--budget");
+      train.arguments.assign(argv, argv + argc);
       run_train(train, io);
     } else if (chosen == profile_command) {
       run_profile(profile, io);

@@ -68,6 +68,24 @@ struct TrainOptions {
   /// Plain-mode progress: print every this many steps (0: steps / 20).
   int64_t log_every = 0;
   bool json = false;
+  // Data-parallel training (docs/distributed.md). --batch is the global
+  // batch; each rank trains on its slice.
+  /// Launch this many local workers of the same command (0: none).
+  int64_t nproc = 0;
+  /// This process's rank in a multi-machine job (-1: not given; then the
+  /// environment of torchrun or --nproc, if any, names the group).
+  int64_t rank = -1;
+  /// Ranks of the job (with --rank).
+  int64_t world_size = 0;
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 29500;
+  /// Limit for joining the group and for every collective, in seconds.
+  double timeout_s = 60;
+  /// Write the trained parameters here with torch::save (rank 0 only).
+  std::string save;
+  /// The command line, argv[0] included, that --nproc relaunches (without
+  /// --nproc). Set by run_cli.
+  std::vector<std::string> arguments;
 };
 CLI::App* add_train_command(CLI::App& app, TrainOptions& options);
 void run_train(const TrainOptions& options, const CommandIo& io);

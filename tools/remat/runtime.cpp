@@ -161,13 +161,19 @@ Trainer::Trainer(
     Mode mode,
     double lr,
     std::optional<CompressOptions> compress,
-    Precision precision)
+    Precision precision,
+    std::optional<distributed::ProcessGroup> group)
     : model_(model),
       executor_(model, choice, mode),
       compress_(compress),
-      precision_(precision) {
+      precision_(precision),
+      group_(std::move(group)) {
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(lr));
+  if (group_) {
+    sync_ = std::make_unique<distributed::GradientSync>(
+        model_->parameters(), *group_);
+  }
 }
 
 StepResult Trainer::step(
@@ -191,9 +197,18 @@ StepResult Trainer::step(
     result.forward_ms = elapsed_ms(forward_start);
     const auto backward_start = Clock::now();
     loss.backward();
+    if (sync_) {
+      sync_->finish();
+    }
     result.backward_ms = elapsed_ms(backward_start);
     result.activation_peak_bytes = meter_.peak_delta_bytes();
     result.loss = loss.item<double>();
+  }
+  if (group_) {
+    torch::Tensor losses = torch::tensor({result.loss}, torch::kDouble);
+    group_->allreduce_sum(losses).wait();
+    result.loss =
+        losses.item<double>() / static_cast<double>(group_->world_size());
   }
   if (update) {
     optimizer_->step();

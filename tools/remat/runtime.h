@@ -18,7 +18,10 @@
 // peak is the meter's peak_delta_bytes over forward + loss + backward, which
 // run in the trainer's precision (an AutocastGuard for the CPU, whose cast
 // cache is off: a parameter's bf16 copy is a saved tensor like any other).
-// The optimizer step runs after the measurement, outside autocast. Each step
+// The optimizer step runs after the measurement, outside autocast. In a
+// process group, a GradientSync averages the gradients over the ranks during
+// backward; its finish() is part of the measured backward, and the loss
+// reported is the mean of the ranks' losses (the global batch's). Each step
 // reseeds the global RNG with its own seed, so two trainers fed the same
 // batches and seeds see the same dropout masks and (for deterministic CPU ops)
 // produce bitwise equal losses.
@@ -31,6 +34,7 @@
 
 #include <remat/checkpoint.h>
 #include <remat/compress.h>
+#include <remat/distributed.h>
 #include <remat/memory_meter.h>
 #include <remat/planned_sequential.h>
 #include <remat/planner.h>
@@ -102,14 +106,16 @@ class Trainer {
  public:
   /// With `compress`, the forward runs under a CompressActivations guard.
   /// Forward, loss and backward run under an AutocastGuard for the CPU in
-  /// `precision` (its default options: no cast cache).
+  /// `precision` (its default options: no cast cache). With `group`, the
+  /// gradients are averaged over its ranks (distributed::GradientSync).
   Trainer(
       torch::nn::Sequential model,
       const PlanChoice& choice,
       Mode mode,
       double lr,
       std::optional<CompressOptions> compress = std::nullopt,
-      Precision precision = Precision::kFloat32);
+      Precision precision = Precision::kFloat32,
+      std::optional<distributed::ProcessGroup> group = std::nullopt);
   /// Forward, loss, backward (measured), then the optimizer step when
   /// `update` is true. Reseeds the global RNG with `seed` first.
   StepResult step(
@@ -127,6 +133,8 @@ class Trainer {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::optional<CompressOptions> compress_;
   Precision precision_;
+  std::optional<distributed::ProcessGroup> group_;
+  std::unique_ptr<distributed::GradientSync> sync_;
   MemoryMeter meter_;
 };
 

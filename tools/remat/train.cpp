@@ -19,6 +19,17 @@
 // peak plus the chain input's bytes. --precision bf16 runs profiling and
 // every step of both runs under CPU autocast (runtime.h), so the plan is made
 // from bf16 measurements and the losses still compare bitwise.
+//
+// Data parallel (docs/distributed.md): --nproc N relaunches this command as N
+// local workers (distributed::launch_local) and waits; a worker, given
+// --rank/--world-size or the environment of torchrun or --nproc, joins the
+// group, draws the global --batch and trains on its slice, with the
+// gradients averaged over the ranks (distributed::GradientSync). Every rank
+// profiles its own slice, but the plan depends on measured times, which
+// differ between ranks: rank 0's plan is shared with all (through the
+// store), each rank checks that it is valid for its own chain, and the ranks
+// check that their models and flags agree. Only rank 0 prints; there is no
+// baseline run.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,7 +37,9 @@
 #include <optional>
 #include <sstream>
 
+#include <remat/distributed.h>
 #include <remat/profile.h>
+#include <torch/serialize.h>
 #include <nlohmann/json.hpp>
 
 #include <remat/budget.h>
@@ -131,10 +144,139 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
       ->capture_default_str();
   command->add_flag(
       "--json", options.json, "Print only a JSON summary (no progress lines)");
+  command->add_option(
+      "--save",
+      options.save,
+      "Write the trained parameters to this file (torch::save of "
+      "model->parameters(); rank 0 only)");
+  command
+      ->add_option(
+          "--nproc",
+          options.nproc,
+          "Data parallel: run N workers of this command on this machine "
+          "(loopback); --batch is the global batch")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  command
+      ->add_option(
+          "--rank",
+          options.rank,
+          "Data parallel: this worker's rank in a multi-machine job "
+          "(with --world-size, --master-addr, --master-port)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--world-size", options.world_size, "Ranks of the job")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--master-addr", options.master_addr, "Address of rank 0")
+      ->capture_default_str();
+  command
+      ->add_option(
+          "--master-port", options.master_port, "Rendezvous port on rank 0")
+      ->check(CLI::Range(int64_t{1}, int64_t{65535}))
+      ->capture_default_str();
+  command
+      ->add_option(
+          "--timeout",
+          options.timeout_s,
+          "Data parallel: seconds to wait for the other ranks to join and for "
+          "each collective (a failed rank makes the others exit within it)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   return command;
 }
 
 namespace {
+
+/// Writes `model`'s parameters to `path` (torch::save of the list).
+void save_parameters(
+    const torch::nn::Sequential& model, const std::string& path) {
+  std::vector<torch::Tensor> values;
+  for (const auto& parameter : model->parameters()) {
+    values.push_back(parameter.detach());
+  }
+  try {
+    torch::save(values, path);
+  } catch (const c10::Error& error) {
+    throw UsageError(
+        "--save: cannot write '" + path +
+        "': " + error.what_without_backtrace());
+  }
+}
+
+/// The command line of a local worker: `arguments` without --nproc.
+std::vector<std::string> worker_arguments(
+    const std::vector<std::string>& arguments) {
+  std::vector<std::string> kept;
+  for (size_t index = 0; index < arguments.size(); ++index) {
+    const std::string& argument = arguments[index];
+    if (argument == "--nproc") {
+      ++index;  // and its value
+    } else if (argument.rfind("--nproc=", 0) != 0) {
+      kept.push_back(argument);
+    }
+  }
+  return kept;
+}
+
+/// This process's part in data-parallel training.
+struct Parallel {
+  std::optional<distributed::ProcessGroup> group;
+  int64_t rank = 0;
+  int64_t world_size = 1;
+
+  /// This rank's slice of a global batch.
+  Batch slice(const Batch& batch) const {
+    if (!group) {
+      return batch;
+    }
+    return {
+        distributed::local_slice(batch.inputs, *group),
+        distributed::local_slice(batch.targets, *group)};
+  }
+};
+
+/// Joins the group named by --rank or by the environment, if any.
+Parallel join_group(const TrainOptions& options) {
+  Parallel parallel;
+  const auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::llround(options.timeout_s * 1000)));
+  distributed::GroupOptions group_options;
+  if (options.rank >= 0) {
+    if (options.world_size < 1) {
+      throw UsageError(
+          "--rank: expected --world-size too, got --rank " +
+          std::to_string(options.rank) + " alone");
+    }
+    if (options.rank >= options.world_size) {
+      throw UsageError(
+          "--rank: expected a rank in [0, --world-size " +
+          std::to_string(options.world_size) + "), got " +
+          std::to_string(options.rank));
+    }
+    group_options.rank(options.rank)
+        .world_size(options.world_size)
+        .master_addr(options.master_addr)
+        .master_port(options.master_port)
+        .timeout(timeout);
+  } else if (distributed::environment_names_a_group()) {
+    group_options = distributed::group_options_from_env(
+        distributed::GroupOptions().timeout(timeout));
+  } else {
+    if (options.world_size > 0) {
+      throw UsageError(
+          "--world-size: expected --rank too (or --nproc for local workers)");
+    }
+    return parallel;
+  }
+  if (options.model.batch % group_options.world_size() != 0) {
+    throw UsageError(
+        "--batch: the global batch must divide by the world size " +
+        std::to_string(group_options.world_size()) + ", got " +
+        std::to_string(options.model.batch));
+  }
+  parallel.group.emplace(group_options);
+  parallel.rank = parallel.group->rank();
+  parallel.world_size = parallel.group->world_size();
+  return parallel;
+}
 
 /// What one `remat train` run measured.
 struct TrainRun {
@@ -175,7 +317,8 @@ struct TrainSummary {
   double time_ratio = 0;
 };
 
-TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
+TrainRun measure_training(
+    const TrainOptions& options, Parallel& parallel, const CommandIo& io) {
   const bool human = !options.json;
   const auto start = Clock::now();
   TrainRun run;
@@ -203,6 +346,16 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
   Workload workload(options.model, options.seed);
   torch::nn::Sequential model = workload.model();
   run.model = workload.description();
+  if (parallel.group) {
+    parallel.group->check_same(
+        "the model and its flags",
+        run.model + "; " + options.recompute + ", " + options.mode + ", " +
+            options.precision + ", compress " + options.compress +
+            ", selective " + (options.selective ? "on" : "off") + ", steps " +
+            std::to_string(options.steps) + ", seed " +
+            std::to_string(options.seed));
+    distributed::broadcast_parameters(model->parameters(), *parallel.group);
+  }
   if (human) {
     io.out << "model     " << run.model << '\n';
     io.out << "precision " << precision_name(run.precision)
@@ -210,7 +363,7 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
                    ? std::string("\n")
                    : " (CPU autocast; parameters and optimizer fp32)\n");
   }
-  const Batch probe = workload.next_batch();
+  const Batch probe = parallel.slice(workload.next_batch());
   check_trainable(
       run.strategy, mode, static_cast<int64_t>(model->size()), probe.inputs);
   const planner::Chain chain = [&] {
@@ -228,6 +381,17 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
       options.budget.budget_given,
       options.budget.slots);
   run.choice.selective_policy = selective_policy(options.selective);
+  if (parallel.group) {
+    run.choice.plan = planner::plan_from_json(
+        parallel.group->share(planner::to_json(run.choice.plan)));
+    run.choice.simulation = planner::simulate(chain, run.choice.plan);
+    if (!run.choice.simulation.valid) {
+      throw UsageError(
+          "rank " + std::to_string(parallel.rank) +
+          ": rank 0's plan is not valid for this rank's chain: " +
+          run.choice.simulation.error);
+    }
+  }
   const PlanChoice& choice = run.choice;
   if (human) {
     io.out << "budget    "
@@ -257,7 +421,8 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
            << "x of no checkpointing\n";
   }
 
-  const bool with_baseline = !options.no_baseline && options.baseline_steps > 0;
+  const bool with_baseline =
+      !options.no_baseline && options.baseline_steps > 0 && !parallel.group;
   run.baseline_steps =
       with_baseline ? std::min(options.baseline_steps, options.steps) : 0;
   std::optional<Trainer> baseline;
@@ -282,7 +447,16 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
       mode,
       options.lr,
       parse_compress(options.compress),
-      run.precision);
+      run.precision,
+      parallel.group);
+  if (human && parallel.group) {
+    const distributed::GroupOptions& group = parallel.group->options();
+    io.out << "parallel  " << parallel.world_size << " ranks (Gloo, rendezvous "
+           << group.master_addr() << ":" << group.master_port()
+           << "), local batch " << options.model.batch / parallel.world_size
+           << " of " << options.model.batch
+           << ", gradients averaged during backward; no baseline run\n";
+  }
   if (human) {
     io.out << "executor  " << trainer.executor().description() << "; "
            << options.steps << " steps";
@@ -299,7 +473,7 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
                                 : std::max<int64_t>(1, options.steps / 20);
   ProgressLine progress(io.out, io.live, log_every);
   for (int64_t step = 0; step < options.steps; ++step) {
-    const Batch batch = workload.next_batch();
+    const Batch batch = parallel.slice(workload.next_batch());
     const uint64_t seed = step_seed(options.seed, step);
     auto step_start = Clock::now();
     const StepResult result = trainer.step(workload, batch, seed);
@@ -349,6 +523,9 @@ TrainRun measure_training(const TrainOptions& options, const CommandIo& io) {
   }
   progress.finish();
   run.seconds = seconds_since(start);
+  if (!options.save.empty() && parallel.rank == 0) {
+    save_parameters(model, options.save);
+  }
   return run;
 }
 
@@ -457,24 +634,52 @@ void render_text(
 }  // namespace
 
 void run_train(const TrainOptions& options, const CommandIo& io) {
+  if (options.nproc > 0) {
+    if (options.rank >= 0 || options.world_size > 0) {
+      throw UsageError(
+          "--nproc: launches local workers; --rank and --world-size are for "
+          "one worker of a multi-machine job, got both");
+    }
+    if (options.model.batch % options.nproc != 0) {
+      throw UsageError(
+          "--batch: the global batch must divide by --nproc " +
+          std::to_string(options.nproc) + ", got " +
+          std::to_string(options.model.batch));
+    }
+    const distributed::LaunchResult result = distributed::launch_local(
+        distributed::LocalLaunchOptions()
+            .nproc(options.nproc)
+            .arguments(worker_arguments(options.arguments)));
+    if (result.exit_code != 0) {
+      throw std::runtime_error(
+          "worker " + result.message + " (the others were stopped)");
+    }
+    return;
+  }
   apply_threads(options.threads);
   if (options.steps < 1) {
     throw UsageError(
         "--steps: expected a positive integer, got " +
         std::to_string(options.steps));
   }
-  const TrainRun run = measure_training(options, io);
+  Parallel parallel = join_group(options);
+  // Only rank 0 prints; errors still reach run_cli from every rank.
+  std::ostream silent(nullptr);
+  const CommandIo quiet{silent, silent, false};
+  const CommandIo& shown = parallel.rank == 0 ? io : quiet;
+  const TrainRun run = measure_training(options, parallel, shown);
   const TrainSummary summary = summarize(run);
   if (options.json) {
-    render_json(run, summary, io.out);
+    render_json(run, summary, shown.out);
   } else {
-    render_text(run, summary, io.out);
+    render_text(run, summary, shown.out);
   }
   if (run.choice.budget_bytes && run.over_budget_steps > 0) {
-    io.err << "warning: the measured peak "
-           << planner::format_bytes(run.peak_bytes) << " exceeded the budget "
-           << planner::format_bytes(*run.choice.budget_bytes) << " on "
-           << run.over_budget_steps << " of " << run.steps << " steps\n";
+    shown.err << "warning: the measured peak "
+              << planner::format_bytes(run.peak_bytes)
+              << " exceeded the budget "
+              << planner::format_bytes(*run.choice.budget_bytes) << " on "
+              << run.over_budget_steps << " of " << run.steps << " steps\n";
   }
 }
 

@@ -1,0 +1,586 @@
+// distributed_test.cpp: process groups and GradientSync on loopback.
+//
+// Reference: one process trained on the whole batch. Two ranks, each a
+// thread of this process with its own ProcessGroup on a free port, train a
+// copy of the same model (no dropout, so no random masks to share) on their
+// halves of each batch, with the loss a mean over the batch, under plain
+// autograd, remat::checkpoint in both modes and a PlannedSequential plan that
+// recomputes; after K SGD steps both ranks' parameters equal the reference's
+// within 1e-6 relative (the maximum is reported on failure). The error paths
+// (bad environment, port in use, unreachable master, a peer that goes away,
+// ranks that disagree) must fail with messages naming the value, quickly.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "remat/distributed.h"
+#include "remat/planner.h"
+#include "remat/remat.h"
+
+namespace {
+
+namespace dist = remat::distributed;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kTimeout = std::chrono::seconds(20);
+
+/// Runs `body(group)` on `world_size` threads, one rank each, in a fresh
+/// group on a free port; returns each rank's exception (null if none).
+std::vector<std::exception_ptr> run_ranks(
+    int64_t world_size,
+    const std::function<void(dist::ProcessGroup&)>& body,
+    std::chrono::milliseconds timeout = kTimeout) {
+  const int64_t port = dist::find_free_port();
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(world_size));
+  std::vector<std::thread> threads;
+  for (int64_t rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        dist::ProcessGroup group(dist::GroupOptions()
+                                     .rank(rank)
+                                     .world_size(world_size)
+                                     .master_port(port)
+                                     .timeout(timeout));
+        body(group);
+      } catch (...) {
+        errors[static_cast<size_t>(rank)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  return errors;
+}
+
+std::string message_of(const std::exception_ptr& error) {
+  if (!error) {
+    return "";
+  }
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& caught) {
+    return caught.what_without_backtrace();
+  } catch (const std::exception& caught) {
+    return caught.what();
+  }
+}
+
+void expect_no_errors(const std::vector<std::exception_ptr>& errors) {
+  for (size_t rank = 0; rank < errors.size(); ++rank) {
+    EXPECT_FALSE(errors[rank])
+        << "rank " << rank << ": " << message_of(errors[rank]);
+  }
+}
+
+/// A message of `body`, which must throw.
+std::string thrown_by(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const c10::Error& error) {
+    return error.what_without_backtrace();
+  }
+  ADD_FAILURE() << "expected a c10::Error, got none";
+  return "";
+}
+
+// ---- training against the whole-batch reference
+
+enum class Training { kPlain, kNonReentrant, kReentrant, kPlanned };
+
+const char* training_name(Training run) {
+  switch (run) {
+    case Training::kPlain:
+      return "plain";
+    case Training::kNonReentrant:
+      return "checkpoint non-reentrant";
+    case Training::kReentrant:
+      return "checkpoint reentrant";
+    case Training::kPlanned:
+      return "PlannedSequential";
+  }
+  return "?";
+}
+
+torch::nn::Sequential make_model() {
+  torch::manual_seed(7);
+  return torch::nn::Sequential(
+      torch::nn::Linear(8, 16),
+      torch::nn::Tanh(),
+      torch::nn::Linear(16, 16),
+      torch::nn::Tanh(),
+      torch::nn::Linear(16, 4));
+}
+
+torch::nn::Sequential copy_of(const torch::nn::Sequential& model) {
+  return torch::nn::Sequential(
+      std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone()));
+}
+
+/// A model with the forward of one Training.
+class Runner {
+ public:
+  Runner(torch::nn::Sequential model, Training run)
+      : model_(std::move(model)), run_(run) {
+    if (run_ == Training::kPlanned) {
+      remat::planner::StageCost unit;
+      unit.forward_ms = 1;
+      unit.backward_ms = 1;
+      unit.output_bytes = 1;
+      unit.saved_bytes = 1;
+      const remat::planner::Chain chain(
+          std::vector<remat::planner::StageCost>(model_->size(), unit), 1);
+      planned_ = remat::PlannedSequential(
+          model_, remat::planner::solve_uniform(chain, 2));
+    }
+  }
+
+  torch::Tensor forward(const torch::Tensor& input) {
+    auto layer = [this](size_t index, const torch::Tensor& x) {
+      return (model_->begin() + static_cast<std::ptrdiff_t>(index))->forward(x);
+    };
+    switch (run_) {
+      case Training::kPlain:
+        return model_->forward(input);
+      case Training::kNonReentrant:
+      case Training::kReentrant: {
+        // Layers 1-3 in one region; its input (layer 0's output) requires
+        // grad, as a reentrant region needs.
+        const torch::Tensor hidden = remat::checkpoint(
+            [layer](const torch::Tensor& x) {
+              return layer(3, layer(2, layer(1, x)));
+            },
+            layer(0, input),
+            remat::CheckpointOptions().mode(
+                run_ == Training::kReentrant ? remat::Mode::kReentrant
+                                             : remat::Mode::kNonReentrant));
+        return layer(4, hidden);
+      }
+      case Training::kPlanned:
+        return planned_->forward(input);
+    }
+    return {};
+  }
+
+  torch::nn::Sequential& model() {
+    return model_;
+  }
+
+ private:
+  torch::nn::Sequential model_;
+  Training run_;
+  remat::PlannedSequential planned_{nullptr};
+};
+
+struct Batches {
+  std::vector<torch::Tensor> inputs;
+  std::vector<torch::Tensor> targets;
+};
+
+Batches make_batches(int64_t steps, int64_t batch) {
+  torch::manual_seed(11);
+  Batches batches;
+  for (int64_t step = 0; step < steps; ++step) {
+    batches.inputs.push_back(torch::randn({batch, 8}));
+    batches.targets.push_back(torch::randn({batch, 4}));
+  }
+  return batches;
+}
+
+/// Max over elements of |a - b| / max|b|, over all tensors.
+double max_relative_difference(
+    const std::vector<torch::Tensor>& expected,
+    const std::vector<torch::Tensor>& actual) {
+  double worst = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double scale = expected[i].abs().max().item<double>();
+    const double difference =
+        (expected[i] - actual[i]).abs().max().item<double>();
+    worst = std::max(worst, difference / std::max(scale, 1e-30));
+  }
+  return worst;
+}
+
+std::vector<torch::Tensor> values_of(const torch::nn::Sequential& model) {
+  std::vector<torch::Tensor> values;
+  for (const auto& parameter : model->parameters()) {
+    values.push_back(parameter.detach().clone());
+  }
+  return values;
+}
+
+constexpr int64_t kSteps = 3;
+constexpr int64_t kBatch = 8;
+constexpr double kLearningRate = 0.1;
+
+std::vector<torch::Tensor> train_whole_batch(
+    const torch::nn::Sequential& initial,
+    Training run,
+    const Batches& batches) {
+  Runner runner(copy_of(initial), run);
+  torch::optim::SGD optimizer(
+      runner.model()->parameters(), torch::optim::SGDOptions(kLearningRate));
+  for (int64_t step = 0; step < kSteps; ++step) {
+    optimizer.zero_grad();
+    torch::mse_loss(runner.forward(batches.inputs[step]), batches.targets[step])
+        .backward();
+    optimizer.step();
+  }
+  return values_of(runner.model());
+}
+
+class DataParallel : public ::testing::TestWithParam<Training> {};
+
+TEST_P(DataParallel, TwoRanksOnHalfBatchesEqualOneRankOnTheWholeBatch) {
+  const Training run = GetParam();
+  const torch::nn::Sequential initial = make_model();
+  const Batches batches = make_batches(kSteps, kBatch);
+  const std::vector<torch::Tensor> reference =
+      train_whole_batch(initial, run, batches);
+
+  constexpr int64_t kRanks = 2;
+  std::vector<std::vector<torch::Tensor>> trained(kRanks);
+  std::vector<int64_t> buckets(kRanks), started(kRanks);
+  // Each rank's model is made here: module construction draws from the
+  // global generator, which the threads share.
+  std::vector<std::unique_ptr<Runner>> runners;
+  for (int64_t rank = 0; rank < kRanks; ++rank) {
+    runners.push_back(std::make_unique<Runner>(copy_of(initial), run));
+  }
+  const auto errors = run_ranks(kRanks, [&](dist::ProcessGroup& group) {
+    const int64_t rank = group.rank();
+    Runner& runner = *runners[rank];
+    auto parameters = runner.model()->parameters();
+    dist::GradientSync sync(
+        parameters, group, dist::GradientSyncOptions().bucket_bytes(600));
+    torch::optim::SGD optimizer(
+        parameters, torch::optim::SGDOptions(kLearningRate));
+    for (int64_t step = 0; step < kSteps; ++step) {
+      optimizer.zero_grad();
+      const torch::Tensor inputs =
+          dist::local_slice(batches.inputs[step], group);
+      const torch::Tensor targets =
+          dist::local_slice(batches.targets[step], group);
+      torch::mse_loss(runner.forward(inputs), targets).backward();
+      sync.finish();
+      optimizer.step();
+    }
+    trained[rank] = values_of(runner.model());
+    buckets[rank] = sync.bucket_count();
+    started[rank] = sync.buckets_started_in_backward();
+  });
+  expect_no_errors(errors);
+  for (int64_t rank = 0; rank < kRanks; ++rank) {
+    ASSERT_EQ(trained[rank].size(), reference.size());
+    const double difference = max_relative_difference(reference, trained[rank]);
+    EXPECT_LE(difference, 1e-6)
+        << training_name(run) << ", rank " << rank
+        << ": max relative parameter difference to the whole-batch run "
+        << difference;
+    // Three buckets of at most 600 bytes; every parameter gets a gradient,
+    // so every bucket starts from a hook, during backward.
+    EXPECT_EQ(buckets[rank], 3);
+    EXPECT_EQ(started[rank], buckets[rank]) << training_name(run);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Runs,
+    DataParallel,
+    ::testing::Values(
+        Training::kPlain,
+        Training::kNonReentrant,
+        Training::kReentrant,
+        Training::kPlanned),
+    [](const ::testing::TestParamInfo<Training>& info) {
+      switch (info.param) {
+        case Training::kPlain:
+          return std::string("Plain");
+        case Training::kNonReentrant:
+          return std::string("NonReentrant");
+        case Training::kReentrant:
+          return std::string("Reentrant");
+        case Training::kPlanned:
+          return std::string("Planned");
+      }
+      return std::string("Unknown");
+    });
+
+// ---- the contract of finish()
+
+TEST(GradientSync, MissingGradientsCountAsZerosAndFinishAccumulates) {
+  std::vector<torch::Tensor> p_grads(2), q_grads(2);
+  const auto errors = run_ranks(2, [&](dist::ProcessGroup& group) {
+    torch::Tensor p = torch::zeros({3}).requires_grad_(true);
+    torch::Tensor q = torch::zeros({2}).requires_grad_(true);
+    q.mutable_grad() = torch::full({2}, 10.0);
+    dist::GradientSync sync({p, q}, group);
+    // Rank 0 uses only p (gradient 2), rank 1 only q (gradient 1).
+    if (group.rank() == 0) {
+      (p * 2).sum().backward();
+    } else {
+      q.sum().backward();
+    }
+    sync.finish();
+    p_grads[group.rank()] = p.grad().clone();
+    q_grads[group.rank()] = q.grad().clone();
+  });
+  expect_no_errors(errors);
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(p_grads[rank].defined());
+    EXPECT_TRUE(torch::equal(p_grads[rank], torch::full({3}, 1.0)))
+        << p_grads[rank];
+    // q had 10 before the step: 10 + (0 + 1) / 2.
+    EXPECT_TRUE(torch::equal(q_grads[rank], torch::full({2}, 10.5)))
+        << q_grads[rank];
+  }
+}
+
+TEST(GradientSync, RefusesASecondGradientInOneStep) {
+  const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
+    torch::nn::Linear shared(4, 4);
+    dist::GradientSync sync(shared->parameters(), group);
+    const torch::Tensor input = torch::randn({2, 4}).requires_grad_(true);
+    // Two reentrant regions use the same layer: each inner backward
+    // delivers a gradient for its weight.
+    const auto options =
+        remat::CheckpointOptions().mode(remat::Mode::kReentrant);
+    auto region = [&](const torch::Tensor& x) { return shared(x); };
+    const torch::Tensor output = remat::checkpoint(
+        region, remat::checkpoint(region, input, options), options);
+    const std::string message = thrown_by([&] { output.sum().backward(); });
+    EXPECT_NE(message.find("second gradient"), std::string::npos) << message;
+    sync.finish();  // the step is abandoned; the next one works
+    shared(input).sum().backward();
+    sync.finish();
+  });
+  expect_no_errors(errors);
+}
+
+TEST(GradientSync, RemovesItsHooksWhenDestroyed) {
+  const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
+    torch::Tensor p = torch::ones({2}).requires_grad_(true);
+    { dist::GradientSync sync({p}, group); }
+    (p * 3).sum().backward();
+    EXPECT_TRUE(torch::equal(p.grad(), torch::full({2}, 3.0))) << p.grad();
+  });
+  expect_no_errors(errors);
+}
+
+TEST(ProcessGroup, LocalSliceIsTheRanksRowsAndNeedsADividingBatch) {
+  std::vector<torch::Tensor> slices(2);
+  std::vector<std::string> messages(2);
+  const auto errors = run_ranks(2, [&](dist::ProcessGroup& group) {
+    slices[group.rank()] = dist::local_slice(torch::arange(6), group);
+    messages[group.rank()] =
+        thrown_by([&] { dist::local_slice(torch::arange(5), group); });
+  });
+  expect_no_errors(errors);
+  EXPECT_TRUE(torch::equal(slices[0], torch::arange(0, 3))) << slices[0];
+  EXPECT_TRUE(torch::equal(slices[1], torch::arange(3, 6))) << slices[1];
+  EXPECT_NE(
+      messages[1].find("divides by the world size 2, got 5 rows"),
+      std::string::npos)
+      << messages[1];
+}
+
+TEST(ProcessGroup, BroadcastParametersCopiesRankZeros) {
+  std::vector<torch::Tensor> values(2);
+  const auto errors = run_ranks(2, [&](dist::ProcessGroup& group) {
+    torch::Tensor p = torch::full({3}, static_cast<double>(group.rank() + 1))
+                          .requires_grad_(true);
+    dist::broadcast_parameters({p}, group);
+    values[group.rank()] = p.detach().clone();
+  });
+  expect_no_errors(errors);
+  EXPECT_TRUE(torch::equal(values[1], torch::full({3}, 1.0))) << values[1];
+}
+
+TEST(ProcessGroup, ShareGivesRankZerosValueAndCheckSameFailsOnEveryRank) {
+  std::vector<std::string> shared(2), messages(2);
+  const auto errors = run_ranks(2, [&](dist::ProcessGroup& group) {
+    const std::string mine = "plan of rank " + std::to_string(group.rank());
+    shared[group.rank()] = group.share(mine);
+    group.check_same("the model", "same");
+    messages[group.rank()] =
+        thrown_by([&] { group.check_same("the plan", mine); });
+  });
+  expect_no_errors(errors);
+  EXPECT_EQ(shared[0], "plan of rank 0");
+  EXPECT_EQ(shared[1], "plan of rank 0");
+  EXPECT_NE(
+      messages[1].find("the plan differs between ranks"), std::string::npos)
+      << messages[1];
+  EXPECT_NE(messages[1].find("'plan of rank 0'"), std::string::npos)
+      << messages[1];
+  EXPECT_NE(messages[1].find("'plan of rank 1'"), std::string::npos)
+      << messages[1];
+  EXPECT_NE(messages[0].find("1 of the 2 ranks differ"), std::string::npos)
+      << messages[0];
+}
+
+// ---- failures
+
+/// Sets an environment variable for the scope (unsets it for nullptr).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      old_ = old;
+    }
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(GroupOptionsFromEnv, ReadsTheFourVariablesAndNamesBadOnes) {
+  ScopedEnv rank("RANK", "1");
+  ScopedEnv world("WORLD_SIZE", "3");
+  ScopedEnv addr("MASTER_ADDR", "10.1.2.3");
+  ScopedEnv port("MASTER_PORT", "2345");
+  const auto options = dist::group_options_from_env(
+      dist::GroupOptions().timeout(std::chrono::seconds(5)));
+  EXPECT_EQ(options.rank(), 1);
+  EXPECT_EQ(options.world_size(), 3);
+  EXPECT_EQ(options.master_addr(), "10.1.2.3");
+  EXPECT_EQ(options.master_port(), 2345);
+  EXPECT_EQ(options.timeout(), std::chrono::seconds(5));
+  EXPECT_TRUE(dist::environment_names_a_group());
+  struct BadValue {
+    const char* name;
+    const char* value;  // nullptr: unset
+    std::string expected;
+  };
+  const std::vector<BadValue> cases = {
+      {"MASTER_PORT", nullptr, "MASTER_PORT is not set"},
+      {"WORLD_SIZE", "two", "WORLD_SIZE must be an integer, got 'two'"},
+      {"WORLD_SIZE", "0", "WORLD_SIZE must be at least 1, got 0"},
+      {"RANK", "3", "RANK must be in [0, WORLD_SIZE) = [0, 3), got 3"},
+      {"MASTER_PORT", "70000", "MASTER_PORT must be in [1, 65535], got 70000"},
+  };
+  for (const BadValue& bad : cases) {
+    ScopedEnv changed(bad.name, bad.value);
+    const std::string message =
+        thrown_by([] { dist::group_options_from_env(); });
+    EXPECT_NE(message.find(bad.expected), std::string::npos) << message;
+  }
+}
+
+TEST(ProcessGroup, RefusesBadOptionsNamingTheValue) {
+  std::string message =
+      thrown_by([] { dist::ProcessGroup(dist::GroupOptions().world_size(0)); });
+  EXPECT_NE(message.find("world size of at least 1, got 0"), std::string::npos)
+      << message;
+  message = thrown_by(
+      [] { dist::ProcessGroup(dist::GroupOptions().world_size(2).rank(2)); });
+  EXPECT_NE(message.find("rank in [0, 2), got 2"), std::string::npos)
+      << message;
+  message = thrown_by(
+      [] { dist::ProcessGroup(dist::GroupOptions().master_port(0)); });
+  EXPECT_NE(message.find("master port in [1, 65535], got 0"), std::string::npos)
+      << message;
+}
+
+TEST(ProcessGroup, PortInUseNamesTheAddressAndPort) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(
+      ::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
+      0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  ASSERT_EQ(
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length),
+      0);
+  const int port = ntohs(address.sin_port);
+  const std::string message = thrown_by([&] {
+    dist::ProcessGroup(dist::GroupOptions().master_port(port).timeout(
+        std::chrono::seconds(5)));
+  });
+  ::close(listener);
+  EXPECT_NE(
+      message.find(
+          "rank 0 cannot host the rendezvous store at 127.0.0.1:" +
+          std::to_string(port)),
+      std::string::npos)
+      << message;
+}
+
+TEST(ProcessGroup, UnreachableMasterFailsWithinTheTimeout) {
+  const int64_t port = dist::find_free_port();
+  const auto start = Clock::now();
+  const std::string message = thrown_by([&] {
+    dist::ProcessGroup(
+        dist::GroupOptions().rank(1).world_size(2).master_port(port).timeout(
+            std::chrono::seconds(2)));
+  });
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_NE(
+      message.find(
+          "rank 1 cannot reach the rendezvous store of rank 0 at "
+          "127.0.0.1:" +
+          std::to_string(port)),
+      std::string::npos)
+      << message;
+  EXPECT_LT(seconds, 10) << message;
+}
+
+TEST(ProcessGroup, APeerThatLeavesMakesTheOthersFailWithinTheTimeout) {
+  double seconds = 0;
+  std::string message;
+  const auto errors = run_ranks(
+      2,
+      [&](dist::ProcessGroup& group) {
+        if (group.rank() == 1) {
+          return;  // leaves: its connections close with the group
+        }
+        const auto start = Clock::now();
+        message = thrown_by([&] {
+          torch::Tensor values = torch::ones({1024});
+          for (int round = 0; round < 100; ++round) {
+            group.allreduce_sum(values).wait();
+          }
+        });
+        seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      },
+      std::chrono::seconds(5));
+  expect_no_errors(errors);
+  EXPECT_NE(message.find("failed on rank 0 of 2"), std::string::npos)
+      << message;
+  EXPECT_LT(seconds, 10) << message;
+}
+
+}  // namespace
