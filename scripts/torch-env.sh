@@ -60,8 +60,9 @@ packages=(build-essential cmake git ccache libgtest-dev googletest nlohmann-json
 case "$variant" in
   trixie | sid) packages+=(libtorch-dev libgloo-dev) ;;
   bookworm) packages=(make) ;;
-  # find_package(Torch) needs the CUDA toolkit (nvcc, headers) besides LibTorch.
-  trixie-cuda) packages+=(libtorch-cuda-dev nvidia-cuda-toolkit libgloo-dev) ;;
+  # find_package(Torch) needs the CUDA toolkit (nvcc, headers) besides LibTorch;
+  # CUDA LibTorch uses Gloo's CUDA build, which conflicts with libgloo-dev's.
+  trixie-cuda) packages+=(libtorch-cuda-dev nvidia-cuda-toolkit libgloo-cuda-dev) ;;
 esac
 
 log() { echo "torch-env[$variant]: $*" >&2; }
