@@ -70,8 +70,11 @@ void add_bytes(
 
 }  // namespace
 
-Chain::Chain(std::vector<StageCost> stages, int64_t input_bytes)
-    : stages_(std::move(stages)), input_bytes_(input_bytes) {
+Chain::Chain(
+    std::vector<StageCost> stages, int64_t input_bytes, int64_t resident_bytes)
+    : stages_(std::move(stages)),
+      input_bytes_(input_bytes),
+      resident_bytes_(resident_bytes) {
   if (stages_.empty()) {
     fail("expected at least one stage, got an empty chain");
   }
@@ -85,6 +88,17 @@ Chain::Chain(std::vector<StageCost> stages, int64_t input_bytes)
         " makes the chain's byte total exceed INT64_MAX / 4");
   }
   byte_total = 2 * input_bytes_;
+  if (resident_bytes_ < 0) {
+    fail(
+        "resident_bytes: expected >= 0, got " +
+        std::to_string(resident_bytes_));
+  }
+  if (resident_bytes_ > kByteTotalLimit - byte_total) {
+    fail(
+        "resident_bytes: " + std::to_string(resident_bytes_) +
+        " makes the chain's byte total exceed INT64_MAX / 4");
+  }
+  byte_total += resident_bytes_;
   double total_ms = 0;
   for (int64_t i = 0; i < size(); ++i) {
     const StageCost& s = stages_[i];
@@ -93,6 +107,7 @@ Chain::Chain(std::vector<StageCost> stages, int64_t input_bytes)
     check_bytes(i, "output_bytes", s.output_bytes);
     check_bytes(i, "saved_bytes", s.saved_bytes);
     check_bytes(i, "forward_tmp_bytes", s.forward_tmp_bytes);
+    check_bytes(i, "gathered_bytes", s.gathered_bytes);
     const int64_t gradient_bytes =
         i == 0 ? input_bytes_ : stages_[i - 1].output_bytes;
     check_backward_tmp(
@@ -100,6 +115,8 @@ Chain::Chain(std::vector<StageCost> stages, int64_t input_bytes)
     add_bytes(byte_total, i, "output_bytes", s.output_bytes, 2);
     add_bytes(byte_total, i, "saved_bytes", s.saved_bytes, 1);
     add_bytes(byte_total, i, "forward_tmp_bytes", s.forward_tmp_bytes, 1);
+    add_bytes(byte_total, i, "gathered_bytes", s.gathered_bytes, 1);
+    add_bytes(byte_total, i, "gathered_bytes", s.gathered_bytes, 2);
     add_bytes(
         byte_total,
         i,
@@ -179,7 +196,8 @@ bool operator==(const StageCost& lhs, const StageCost& rhs) {
          lhs.forward_tmp_bytes == rhs.forward_tmp_bytes &&
          lhs.backward_tmp_bytes == rhs.backward_tmp_bytes &&
          lhs.record_tmp_bytes == rhs.record_tmp_bytes &&
-         lhs.selective == rhs.selective;
+         lhs.selective == rhs.selective &&
+         lhs.gathered_bytes == rhs.gathered_bytes;
 }
 
 bool operator!=(const StageCost& lhs, const StageCost& rhs) {
@@ -187,7 +205,9 @@ bool operator!=(const StageCost& lhs, const StageCost& rhs) {
 }
 
 bool operator==(const Chain& lhs, const Chain& rhs) {
-  return lhs.input_bytes() == rhs.input_bytes() && lhs.stages() == rhs.stages();
+  return lhs.input_bytes() == rhs.input_bytes() &&
+         lhs.resident_bytes() == rhs.resident_bytes() &&
+         lhs.stages() == rhs.stages();
 }
 
 bool operator!=(const Chain& lhs, const Chain& rhs) {

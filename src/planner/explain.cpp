@@ -106,18 +106,33 @@ std::vector<StageUse> stage_uses(const Chain& chain, const Plan& plan) {
   return uses;
 }
 
+/// Whether the chain's memory model counts parameters (sharded training).
+bool counts_parameters(const Chain& chain) {
+  if (chain.resident_bytes() > 0) {
+    return true;
+  }
+  return std::any_of(
+      chain.stages().begin(), chain.stages().end(), [](const StageCost& s) {
+        return s.gathered_bytes > 0;
+      });
+}
+
 void print_stages(
     std::ostream& out, const Chain& chain, const std::vector<StageUse>& uses) {
   using Align = TextTable::Align;
-  TextTable table({
+  const bool parameters = counts_parameters(chain);
+  std::vector<TextTable::Column> columns{
       {"stage", Align::kRight},
       {"fwd ms", Align::kRight},
       {"bwd ms", Align::kRight},
       {"output", Align::kRight},
-      {"saved", Align::kRight},
-      {"forwards", Align::kRight},
-      {"keeps", Align::kLeft},
-  });
+      {"saved", Align::kRight}};
+  if (parameters) {
+    columns.push_back({"gathered", Align::kRight});
+  }
+  columns.push_back({"forwards", Align::kRight});
+  columns.push_back({"keeps", Align::kLeft});
+  TextTable table(std::move(columns));
   for (int64_t i = 0; i < chain.size(); ++i) {
     const StageCost& cost = chain.stage(i);
     const StageUse& use = uses[i];
@@ -136,14 +151,18 @@ void print_stages(
     if (use.selectives > 0 && use.forwards > use.selectives) {
       keeps += "; recorded selectively";
     }
-    table.add_row(
-        {std::to_string(i),
-         fixed(cost.forward_ms, 3),
-         fixed(cost.backward_ms, 3),
-         format_bytes(cost.output_bytes),
-         format_bytes(cost.saved_bytes),
-         std::to_string(use.forwards),
-         keeps});
+    std::vector<std::string> row{
+        std::to_string(i),
+        fixed(cost.forward_ms, 3),
+        fixed(cost.backward_ms, 3),
+        format_bytes(cost.output_bytes),
+        format_bytes(cost.saved_bytes)};
+    if (parameters) {
+      row.push_back(format_bytes(cost.gathered_bytes));
+    }
+    row.push_back(std::to_string(use.forwards));
+    row.push_back(keeps);
+    table.add_row(std::move(row));
   }
   table.print(out);
 }
@@ -168,6 +187,35 @@ void print_ops(
          exact_bytes(simulation.op_peak_bytes[k])});
   }
   table.print(out);
+}
+
+/// Splits the peak into parameters (resident shards and what the peak op
+/// gathers) and the rest (activations, gradients in flight, the input).
+void print_parameter_share(
+    std::ostream& out,
+    const Chain& chain,
+    const Plan& plan,
+    const Simulation& simulation) {
+  const auto peak_op = std::max_element(
+      simulation.op_peak_bytes.begin(), simulation.op_peak_bytes.end());
+  int64_t gathered = 0;
+  std::string at = "before any op";
+  if (peak_op != simulation.op_peak_bytes.end() &&
+      *peak_op == simulation.peak_bytes) {
+    const Op& op = plan.ops[peak_op - simulation.op_peak_bytes.begin()];
+    const StageCost& cost = chain.stage(op.stage);
+    gathered = (op.kind == OpKind::kBackward ? 2 : 1) * cost.gathered_bytes;
+    at = std::string("in op ") + op_kind_letter(op.kind) +
+         std::to_string(op.stage);
+  }
+  const int64_t parameters = chain.resident_bytes() + gathered;
+  out << "parameters at the peak (" << at << ") "
+      << format_bytes(parameters) << ": resident "
+      << format_bytes(chain.resident_bytes())
+      << " (this rank's shards and their gradients) + gathered "
+      << format_bytes(gathered)
+      << "; activations, gradients in flight and the input "
+      << format_bytes(simulation.peak_bytes - parameters) << "\n";
 }
 
 }  // namespace
@@ -198,6 +246,9 @@ void explain(std::ostream& out, const Chain& chain, const Plan& plan) {
       << "), predicted time " << fixed(simulation.time_ms, 3)
       << " ms (store-all " << fixed(store_all.time_ms, 3) << " ms), "
       << recomputed << " recomputed stage forwards\n";
+  if (counts_parameters(chain)) {
+    print_parameter_share(out, chain, plan, simulation);
+  }
 }
 
 std::string explain(const Chain& chain, const Plan& plan) {

@@ -232,6 +232,9 @@ std::string to_json(const Chain& chain) {
     if (s.record_tmp_bytes) {
       stage["record_tmp_bytes"] = *s.record_tmp_bytes;
     }
+    if (s.gathered_bytes != 0) {
+      stage["gathered_bytes"] = s.gathered_bytes;
+    }
     if (s.selective) {
       stage["selective"] = json{
           {"saved_bytes", s.selective->saved_bytes},
@@ -241,16 +244,24 @@ std::string to_json(const Chain& chain) {
     }
     stages.push_back(std::move(stage));
   }
-  return json{{"input_bytes", chain.input_bytes()}, {"stages", stages}}.dump();
+  json doc{{"input_bytes", chain.input_bytes()}, {"stages", stages}};
+  if (chain.resident_bytes() != 0) {
+    doc["resident_bytes"] = chain.resident_bytes();
+  }
+  return doc.dump();
 }
 
 Chain chain_from_json(std::string_view text) {
   return guarded("chain_from_json", [&](const JsonReader& r) {
     const json doc = r.parse(text);
     r.object(doc, "");
-    r.check_keys(doc, "", {"input_bytes", "stages"});
+    r.check_keys(doc, "", {"input_bytes", "resident_bytes", "stages"});
     const int64_t input_bytes =
         r.non_negative_integer(r.field(doc, "", "input_bytes"), "input_bytes");
+    const int64_t resident_bytes =
+        doc.contains("resident_bytes")
+            ? r.non_negative_integer(doc["resident_bytes"], "resident_bytes")
+            : 0;
     const json& stages = r.array(r.field(doc, "", "stages"), "stages");
     std::vector<StageCost> costs;
     for (size_t k = 0; k < stages.size(); ++k) {
@@ -266,6 +277,7 @@ Chain chain_from_json(std::string_view text) {
            "forward_tmp_bytes",
            "backward_tmp_bytes",
            "record_tmp_bytes",
+           "gathered_bytes",
            "selective"});
       auto ms = [&](const char* key) {
         return r.non_negative_number(
@@ -287,13 +299,16 @@ Chain chain_from_json(std::string_view text) {
       if (stage.contains("record_tmp_bytes")) {
         cost.record_tmp_bytes = bytes("record_tmp_bytes");
       }
+      if (stage.contains("gathered_bytes")) {
+        cost.gathered_bytes = bytes("gathered_bytes");
+      }
       if (stage.contains("selective")) {
         cost.selective = read_selective(r, stage["selective"], path);
       }
       costs.push_back(cost);
     }
     try {
-      return Chain(std::move(costs), input_bytes);
+      return Chain(std::move(costs), input_bytes, resident_bytes);
     } catch (const std::invalid_argument& e) {
       r.fail("", e.what());
     }

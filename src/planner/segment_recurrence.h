@@ -19,7 +19,7 @@
 //            then segment (a, j - 1) with m (x_j is gone, g_j is live).
 // time(a, b, m) = min over the feasible options, in this order (record, then
 // j ascending; ties go to the earlier); the whole chain is segment (0, L - 1)
-// with m = budget - input_bytes. A segment of one stage (a == b) has
+// with m = budget - input_bytes - resident_bytes. A segment of one stage (a == b) has
 // "record", the base case held in the bounds, and maybe "selective". A
 // selective stage is never faster than a recorded one (recompute_ms >= 0), so
 // recording everything stays the fastest plan of every segment. Every valid
@@ -72,21 +72,22 @@ class UnitChain {
   UnitChain(const Chain& chain, int64_t unit_bytes)
       : size_(chain.size()),
         input_units_(round_up(chain.input_bytes(), unit_bytes)) {
+    // The resident bytes are a constant the caller takes off the budget.
     for (const StageCost& s : chain.stages()) {
       UnitStage stage;
       stage.output_units = round_up(s.output_bytes, unit_bytes);
-      stage.forward_tmp_units = round_up(s.forward_tmp_bytes, unit_bytes);
+      stage.forward_tmp_units = round_up(s.forward_extra(), unit_bytes);
       stage.forward_ms = s.forward_ms;
       stage.record = UnitRecord{
           round_up(s.saved_bytes, unit_bytes),
-          round_up(s.record_transient(), unit_bytes),
-          round_up(s.backward_tmp_bytes, unit_bytes),
+          round_up(s.record_extra(), unit_bytes),
+          round_up(s.backward_extra(false), unit_bytes),
           s.forward_ms + s.backward_ms};
       if (s.selective) {
         stage.selective = UnitRecord{
             round_up(s.selective->saved_bytes, unit_bytes),
-            round_up(s.selective->forward_tmp_bytes, unit_bytes),
-            round_up(s.selective->backward_tmp_bytes, unit_bytes),
+            round_up(s.selective_forward_extra(), unit_bytes),
+            round_up(s.backward_extra(true), unit_bytes),
             s.forward_ms + (s.backward_ms + s.selective->recompute_ms)};
       }
       stages_.push_back(stage);

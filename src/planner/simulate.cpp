@@ -63,9 +63,9 @@ Replay::Replay(const Chain& chain)
       holding_(chain.size() + 1, Holding::kAbsent),
       recorded_(chain.size(), kNotRecorded),
       next_backward_(chain.size() - 1),
-      current_bytes_(chain.input_bytes()),
-      peak_bytes_(chain.input_bytes()),
-      last_op_peak_bytes_(chain.input_bytes()) {
+      current_bytes_(chain.base_bytes()),
+      peak_bytes_(chain.base_bytes()),
+      last_op_peak_bytes_(chain.base_bytes()) {
   holding_[0] = Holding::kKept;
 }
 
@@ -124,9 +124,7 @@ std::string Replay::apply(const Op& op) {
     const bool selective = recorded_[i] == kSelectiveRecord;
     const int64_t grad_in = chain_->value_bytes(i + 1);
     const int64_t grad_out = chain_->value_bytes(i);
-    last_op_peak_bytes_ = live + grad_out +
-                          (selective ? cost.selective->backward_tmp_bytes
-                                     : cost.backward_tmp_bytes);
+    last_op_peak_bytes_ = live + grad_out + cost.backward_extra(selective);
     peak_bytes_ = std::max(peak_bytes_, last_op_peak_bytes_);
     live += grad_out - grad_in -
             (selective ? cost.selective->saved_bytes : cost.saved_bytes);
@@ -168,13 +166,13 @@ std::string Replay::apply(const Op& op) {
            ", which has no selective cost (StageCost::selective is unset)";
   }
   int64_t produced = cost.output_bytes;
-  int64_t transient = cost.forward_tmp_bytes;
+  int64_t transient = cost.forward_extra();
   if (selective) {
     produced = cost.selective->saved_bytes;
-    transient = cost.selective->forward_tmp_bytes;
+    transient = cost.selective_forward_extra();
   } else if (record) {
     produced = cost.saved_bytes;
-    transient = cost.record_transient();
+    transient = cost.record_extra();
   }
   last_op_peak_bytes_ = current_bytes_ + produced + transient;
   peak_bytes_ = std::max(peak_bytes_, last_op_peak_bytes_);

@@ -465,16 +465,16 @@ int64_t common_byte_factor(const Chain& chain) {
     for (int64_t bytes :
          {s.output_bytes,
           s.saved_bytes,
-          s.forward_tmp_bytes,
-          s.record_transient(),
-          s.backward_tmp_bytes}) {
+          s.forward_extra(),
+          s.record_extra(),
+          s.backward_extra(false)}) {
       factor = std::gcd(factor, bytes < 0 ? -bytes : bytes);
     }
     if (s.selective) {
       for (int64_t bytes :
            {s.selective->saved_bytes,
-            s.selective->forward_tmp_bytes,
-            s.selective->backward_tmp_bytes}) {
+            s.selective_forward_extra(),
+            s.backward_extra(true)}) {
         factor = std::gcd(factor, bytes < 0 ? -bytes : bytes);
       }
     }
@@ -482,13 +482,14 @@ int64_t common_byte_factor(const Chain& chain) {
   return factor;
 }
 
-// Bytes per memory slot. By default ceil((budget - input) / slots), at least
+// Bytes per memory slot. By default ceil((budget - base) / slots), at least
 // 1, with every size rounded up (a plan may lose up to a slot per value).
 // When all sizes are multiples of a common factor at least that large, the
 // factor itself: fewer slots and no rounding, so the DP is exact in bytes.
 int64_t slot_bytes(
     const Chain& chain, int64_t budget_bytes, const SolverOptions& options) {
-  const int64_t available = budget_bytes - chain.input_bytes();
+  // The DP divides what the base bytes (input, resident) leave.
+  const int64_t available = budget_bytes - chain.base_bytes();
   const int64_t even_split = std::max<int64_t>(
       1,
       available / options.memory_slots +
@@ -506,7 +507,7 @@ class SlotDp {
       : unit_bytes_(slot_bytes(chain, budget_bytes, options)),
         units_(chain, unit_bytes_) {
     const int64_t max_slots =
-        (budget_bytes - chain.input_bytes()) / unit_bytes_;
+        (budget_bytes - chain.base_bytes()) / unit_bytes_;
     SegmentArray<SegmentCell> cells = segment_bounds(units_);
     if (cells.at(0, units_.size() - 1).lo <= max_slots) {
       table_.emplace(std::move(cells), max_slots);
@@ -558,7 +559,7 @@ class SlotDp {
 
 int64_t min_feasible_budget_bytes(const Chain& chain) {
   const UnitChain bytes(chain, 1);
-  return chain.input_bytes() + segment_bounds(bytes).at(0, chain.size() - 1).lo;
+  return chain.base_bytes() + segment_bounds(bytes).at(0, chain.size() - 1).lo;
 }
 
 Plan solve_min_memory(const Chain& chain) {
@@ -599,7 +600,7 @@ std::optional<Plan> solve_optimal(
     }
     return solve_min_memory(chain);
   };
-  if (budget_bytes <= chain.input_bytes()) {
+  if (budget_bytes <= chain.base_bytes()) {
     return fastest_that_fits_bytes();
   }
   SlotDp dp(chain, budget_bytes, options);

@@ -22,14 +22,16 @@ constexpr uint64_t kBaseSeed = 20240601;
 
 // Checks solve_optimal and min_feasible_budget_bytes on kChains random
 // chains (random_chain with `with_selective`) at four budgets each.
-void check_against_exhaustive_search(bool with_selective, uint64_t base_seed) {
+void check_against_exhaustive_search(
+    bool with_selective, uint64_t base_seed, bool with_parameters = false) {
   int64_t checked_budgets = 0;
   int64_t selective_optima = 0;  // budgets whose best plan has an S op
   for (int c = 0; c < kChains; ++c) {
     const uint64_t seed = base_seed + c;
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
-    const Chain chain = random_chain(rng, 6, 12, true, with_selective);
+    const Chain chain =
+        random_chain(rng, 6, 12, true, with_selective, with_parameters);
     SCOPED_TRACE("chain " + to_json(chain));
     const int64_t min_peak = brute_force_min_peak(chain);
     ASSERT_EQ(min_feasible_budget_bytes(chain), min_peak);
@@ -75,6 +77,13 @@ TEST(SolveOptimal, MatchesExhaustiveSearchOnSmallChains) {
 // tries S ops: the recurrence's selective option must cover them.
 TEST(SolveOptimal, MatchesExhaustiveSearchWithSelectiveStages) {
   check_against_exhaustive_search(true, kBaseSeed + 7919);
+}
+
+// Under sharded training every op of a stage also holds its gathered
+// parameters (twice that in its backward) and every peak the resident shards:
+// the recurrence must count both as simulate() does.
+TEST(SolveOptimal, MatchesExhaustiveSearchWithGatheredParameters) {
+  check_against_exhaustive_search(true, kBaseSeed + 104729, true);
 }
 
 // A selective way that saves memory and costs little must be used where the

@@ -40,6 +40,27 @@ TEST(Simulate, CountsACheckpointedSegment) {
   EXPECT_DOUBLE_EQ(sim.time_ms, (1 + 2) + 3 + (2 + 3 + 4) + (1 + 2));
 }
 
+TEST(Simulate, CountsResidentAndGatheredParameters) {
+  // three_stages() with 100 resident bytes and stage 1 gathering 6.
+  std::vector<StageCost> stages = three_stages().stages();
+  stages[1].gathered_bytes = 6;
+  const Chain chain(stages, 4, 100);
+  EXPECT_EQ(chain.base_bytes(), 104);
+  const Simulation sim = simulate(chain, plan_from_string("R0 R1 R2 B2 B1 B0"));
+  ASSERT_TRUE(sim.valid) << sim.error;
+  // As CountsStoreAllByTheMemoryModel, plus 100 in every op; R1 peaks at
+  // 104 + 15 + 25 + 3 + 6; B1 holds its parameters and their gradients:
+  // 104 + 15 + 25 + g_2 20 + g_1 10 + 7 + 2 * 6.
+  EXPECT_EQ(sim.op_peak_bytes[1], 104 + 15 + 25 + 3 + 6);
+  EXPECT_EQ(sim.op_peak_bytes[4], 104 + 15 + 25 + 20 + 10 + 7 + 12);
+  EXPECT_EQ(sim.peak_bytes, 100 + 4 + 15 + 25 + 35 + 30 + 20 + 7);
+  // The minimum any plan needs includes the resident bytes.
+  EXPECT_GE(min_feasible_budget_bytes(chain), 104);
+  EXPECT_EQ(
+      min_feasible_budget_bytes(chain),
+      min_feasible_budget_bytes(Chain(stages, 4)) + 100);
+}
+
 TEST(Simulate, UsesTheRecordTransientForRecordedForwardsOnly) {
   // One stage kind whose no-grad forward needs 40 extra bytes and whose
   // recorded forward needs 1: the peaks of R and of C/N follow their own.

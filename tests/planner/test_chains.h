@@ -25,13 +25,16 @@ namespace remat::planner::testing {
 /// backward, which is sometimes negative (down to -|x_i|). With
 /// with_selective, most stages also get a selective way to run: saved bytes
 /// usually between the output and the full record (sometimes more), its own
-/// transients, a recomputation time up to the forward's (sometimes 0).
+/// transients, a recomputation time up to the forward's (sometimes 0). With
+/// with_parameters, most stages also gather parameters (gathered_bytes) and
+/// the chain holds resident bytes, as under sharded training.
 inline Chain random_chain(
     std::mt19937_64& rng,
     int64_t max_stages,
     int64_t max_bytes,
     bool with_tmp = true,
-    bool with_selective = false) {
+    bool with_selective = false,
+    bool with_parameters = false) {
   std::uniform_int_distribution<int64_t> count(1, max_stages);
   std::uniform_int_distribution<int64_t> bytes(1, max_bytes);
   std::uniform_int_distribution<int64_t> small(0, max_bytes / 2);
@@ -71,9 +74,13 @@ inline Chain random_chain(
       c.recompute_ms = sometimes(rng) ? 0.0 : fraction(rng) * s.forward_ms;
       s.selective = c;
     }
+    if (with_parameters && !sometimes(rng)) {
+      s.gathered_bytes = small(rng);
+    }
     stage_input = s.output_bytes;
   }
-  return Chain(std::move(stages), input);
+  const int64_t resident = with_parameters ? small(rng) : 0;
+  return Chain(std::move(stages), input, resident);
 }
 
 /// A homogeneous chain: every stage the same.

@@ -79,11 +79,43 @@ struct StageCost {
   /// Its forward takes forward_ms, its backward backward_ms +
   /// selective->recompute_ms.
   std::optional<SelectiveCost> selective = std::nullopt;
+  /// Bytes that exist only while an op of this stage runs, besides its
+  /// activations: under sharded training (remat/distributed.h) the stage's
+  /// parameters, all-gathered from their shards before each of its forwards
+  /// and before its backward and freed after them. Its backward also holds
+  /// their full gradients, as many bytes again, until they are
+  /// reduce-scattered. Default: 0 (parameters are not part of the model).
+  int64_t gathered_bytes = 0;
 
   /// The transient of a recorded forward: record_tmp_bytes if set, else
   /// forward_tmp_bytes.
   int64_t record_transient() const {
     return record_tmp_bytes.value_or(forward_tmp_bytes);
+  }
+
+  // What the memory model adds to "bytes held before the op + bytes the op
+  // leaves" at the peak of each op on this stage: the op's transient plus
+  // what it gathers (docs/planner.md, "The memory model").
+  /// kForwardNoSave, kForwardCheckpoint: forward_tmp_bytes + gathered_bytes.
+  int64_t forward_extra() const {
+    return forward_tmp_bytes + gathered_bytes;
+  }
+  /// kForwardRecord: record_transient() + gathered_bytes.
+  int64_t record_extra() const {
+    return record_transient() + gathered_bytes;
+  }
+  /// kForwardSelective: selective->forward_tmp_bytes + gathered_bytes.
+  /// REQUIRES: selective.
+  int64_t selective_forward_extra() const {
+    return selective->forward_tmp_bytes + gathered_bytes;
+  }
+  /// kBackward after a full (`selective` false) or selective record: its
+  /// backward_tmp_bytes + 2 * gathered_bytes (parameters and their full
+  /// gradients). REQUIRES: selective is set if `selective` is true.
+  int64_t backward_extra(bool selective_record) const {
+    return (selective_record ? selective->backward_tmp_bytes
+                             : backward_tmp_bytes) +
+           2 * gathered_bytes;
   }
 };
 
@@ -103,9 +135,18 @@ class Chain {
   /// is negative or not finite, or the byte sizes summed over the chain
   /// (2 * input_bytes + sum of 2 * output_bytes + saved_bytes +
   /// forward_tmp_bytes + backward_tmp_bytes + record_tmp_bytes + the
-  /// selective byte fields) exceed INT64_MAX / 4, or the summed times are not
-  /// finite. The selective fields are checked as the fields of the same name.
-  Chain(std::vector<StageCost> stages, int64_t input_bytes);
+  /// selective byte fields + 3 * gathered_bytes + resident_bytes) exceed
+  /// INT64_MAX / 4, or the summed times are not finite. The selective fields
+  /// are checked as the fields of the same name.
+  ///
+  /// `resident_bytes`: bytes held for the whole step besides the input and
+  /// the activations, counted in every peak so that a byte budget covers
+  /// them too: under sharded training, this rank's parameter shards and
+  /// their gradients. >= 0. Default: 0 (the budget covers activations only).
+  Chain(
+      std::vector<StageCost> stages,
+      int64_t input_bytes,
+      int64_t resident_bytes = 0);
 
   /// Number of stages L (>= 1).
   int64_t size() const {
@@ -122,6 +163,16 @@ class Chain {
   int64_t input_bytes() const {
     return input_bytes_;
   }
+  /// Bytes held for the whole step besides the input and the activations
+  /// (see the constructor). Every peak simulate() reports includes them.
+  int64_t resident_bytes() const {
+    return resident_bytes_;
+  }
+  /// The bytes every plan holds from start to end: input_bytes() +
+  /// resident_bytes().
+  int64_t base_bytes() const {
+    return input_bytes_ + resident_bytes_;
+  }
   /// Size in bytes of value x_index (and of its gradient): input_bytes() for
   /// index 0, else stage(index - 1).output_bytes. Throws std::out_of_range
   /// unless 0 <= index <= size().
@@ -130,13 +181,15 @@ class Chain {
  private:
   std::vector<StageCost> stages_;
   int64_t input_bytes_;
+  int64_t resident_bytes_;
 };
 
 bool operator==(const SelectiveCost& lhs, const SelectiveCost& rhs);
 bool operator!=(const SelectiveCost& lhs, const SelectiveCost& rhs);
 bool operator==(const StageCost& lhs, const StageCost& rhs);
 bool operator!=(const StageCost& lhs, const StageCost& rhs);
-/// Chains are equal when their input size and all stage costs are equal.
+/// Chains are equal when their input and resident sizes and all stage costs
+/// are equal.
 bool operator==(const Chain& lhs, const Chain& rhs);
 bool operator!=(const Chain& lhs, const Chain& rhs);
 
