@@ -396,6 +396,27 @@ Work ProcessGroup::allreduce_sum(const torch::Tensor& tensor) {
       impl_->options);
 }
 
+Work ProcessGroup::reduce_sum(const torch::Tensor& tensor, int64_t root) {
+  check_collective_tensor("reduce_sum", tensor);
+  TORCH_CHECK(
+      root >= 0 && root < world_size(),
+      "remat::distributed::ProcessGroup::reduce_sum: expected a root rank in "
+      "[0, ",
+      world_size(),
+      "), got ",
+      root);
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::ReduceOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  options.rootRank = root;
+  options.timeout = impl_->options.timeout();
+  return Work::Impl::make(
+      impl_->gloo->reduce(tensors, options),
+      "reduce of " + std::to_string(tensor.nbytes()) + " bytes to rank " +
+          std::to_string(root),
+      impl_->options);
+}
+
 void ProcessGroup::broadcast(const torch::Tensor& tensor, int64_t root) {
   check_collective_tensor("broadcast", tensor);
   TORCH_CHECK(

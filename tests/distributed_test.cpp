@@ -320,6 +320,221 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string("Unknown");
     });
 
+// ---- sharded training against the whole-batch reference
+
+class Sharded : public ::testing::TestWithParam<Training> {};
+
+TEST_P(Sharded, TwoRanksOnHalfBatchesEqualOneRankOnTheWholeBatch) {
+  const Training run = GetParam();
+  const torch::nn::Sequential initial = make_model();
+  const Batches batches = make_batches(kSteps, kBatch);
+  const std::vector<torch::Tensor> reference =
+      train_whole_batch(initial, run, batches);
+
+  constexpr int64_t kRanks = 2;
+  std::vector<std::vector<torch::Tensor>> trained(kRanks);
+  std::vector<dist::ShardedStages::Counts> counts(kRanks);
+  std::vector<int64_t> shard_elements(kRanks);
+  std::vector<torch::nn::Sequential> models;
+  for (int64_t rank = 0; rank < kRanks; ++rank) {
+    models.push_back(copy_of(initial));
+  }
+  const auto errors = run_ranks(kRanks, [&](dist::ProcessGroup& group) {
+    const int64_t rank = group.rank();
+    dist::ShardedStages sharded(remat::stages_of(models[rank]), group);
+    Runner runner(sharded.sequential(), run);
+    torch::optim::SGD optimizer(
+        sharded.shards(), torch::optim::SGDOptions(kLearningRate));
+    for (int64_t step = 0; step < kSteps; ++step) {
+      optimizer.zero_grad();
+      const torch::Tensor inputs =
+          dist::local_slice(batches.inputs[step], group);
+      const torch::Tensor targets =
+          dist::local_slice(batches.targets[step], group);
+      torch::mse_loss(runner.forward(inputs), targets).backward();
+      sharded.finish();
+      optimizer.step();
+    }
+    counts[rank] = sharded.last_step_counts();
+    for (const torch::Tensor& shard : sharded.shards()) {
+      shard_elements[rank] += shard.numel();
+    }
+    sharded.with_full_parameters(
+        [&] { trained[rank] = values_of(models[rank]); });
+  });
+  expect_no_errors(errors);
+  for (int64_t rank = 0; rank < kRanks; ++rank) {
+    ASSERT_EQ(trained[rank].size(), reference.size());
+    const double difference = max_relative_difference(reference, trained[rank]);
+    EXPECT_LE(difference, 1e-6)
+        << training_name(run) << ", rank " << rank
+        << ": max relative parameter difference to the whole-batch run "
+        << difference;
+    // Three Linear units of 144, 272 and 68 elements, halved.
+    EXPECT_EQ(shard_elements[rank], (144 + 272 + 68) / 2);
+    // One reduction per unit; a gather per forward and per backward.
+    EXPECT_EQ(counts[rank].reductions, 3) << training_name(run);
+    EXPECT_GE(counts[rank].gathers, 6) << training_name(run);
+  }
+  // The recomputing runs gather again for their recomputation.
+  if (run != Training::kPlain) {
+    EXPECT_GT(counts[0].gathers, 6) << training_name(run);
+  } else {
+    EXPECT_EQ(counts[0].gathers, 6);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Runs,
+    Sharded,
+    ::testing::Values(
+        Training::kPlain,
+        Training::kNonReentrant,
+        Training::kReentrant,
+        Training::kPlanned),
+    [](const ::testing::TestParamInfo<Training>& info) {
+      switch (info.param) {
+        case Training::kPlain:
+          return std::string("Plain");
+        case Training::kNonReentrant:
+          return std::string("NonReentrant");
+        case Training::kReentrant:
+          return std::string("Reentrant");
+        case Training::kPlanned:
+          return std::string("Planned");
+      }
+      return std::string("Unknown");
+    });
+
+TEST(ShardedStages, OneRankTrainsBitwiseAsTheUnshardedModel) {
+  const torch::nn::Sequential initial = make_model();
+  const Batches batches = make_batches(kSteps, kBatch);
+  const std::vector<torch::Tensor> reference =
+      train_whole_batch(initial, Training::kPlanned, batches);
+  torch::nn::Sequential model = copy_of(initial);
+  std::vector<torch::Tensor> trained;
+  const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
+    dist::ShardedStages sharded(remat::stages_of(model), group);
+    Runner runner(sharded.sequential(), Training::kPlanned);
+    torch::optim::SGD optimizer(
+        sharded.shards(), torch::optim::SGDOptions(kLearningRate));
+    for (int64_t step = 0; step < kSteps; ++step) {
+      optimizer.zero_grad();
+      torch::mse_loss(
+          runner.forward(batches.inputs[step]), batches.targets[step])
+          .backward();
+      sharded.finish();
+      optimizer.step();
+    }
+  });
+  expect_no_errors(errors);
+  // The destructor gave the modules their parameters back.
+  trained = values_of(model);
+  ASSERT_EQ(trained.size(), reference.size());
+  for (size_t i = 0; i < reference.size(); ++i) {
+    EXPECT_TRUE(torch::equal(trained[i], reference[i])) << "parameter " << i;
+  }
+}
+
+// Parameters large against activations: one rank's measured peak (activation
+// delta + input + resident shards and their gradients) is what simulate()
+// predicts for the sharded chain, for a plan that records, recomputes and
+// keeps a checkpoint.
+TEST(ShardedStages, MeasuredPeakIsWhatTheShardedChainPredicts) {
+  torch::manual_seed(3);
+  torch::nn::Sequential model;
+  for (int i = 0; i < 6; ++i) {
+    model->push_back(torch::nn::Linear(128, 128));
+    model->push_back(torch::nn::Tanh());
+  }
+  const torch::Tensor input = torch::randn({16, 128});
+  remat::install_tracking_allocator();
+  const remat::planner::Chain unsharded = remat::profile_chain(model, input);
+  const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
+    dist::ShardedStages sharded(remat::stages_of(model), group);
+    const remat::planner::Chain chain = sharded.sharded_chain(unsharded);
+    EXPECT_EQ(chain.resident_bytes(), 2 * 6 * (128 * 128 + 128) * 4);
+    EXPECT_EQ(chain.stage(0).gathered_bytes, (128 * 128 + 128) * 4);
+    EXPECT_EQ(chain.stage(1).gathered_bytes, 0);
+    EXPECT_EQ(
+        chain.stages().size(),
+        dist::sharded_chain(unsharded, remat::stages_of(model), 1)
+            .stages()
+            .size());
+    const remat::planner::Plan plan =
+        remat::planner::plan_from_string(
+            "C0 N1 N2 N3 C4 N5 N6 N7 R8 R9 R10 R11 B11 B10 B9 B8 R4 R5 R6 R7 "
+            "B7 B6 B5 B4 R0 R1 R2 R3 B3 B2 B1 B0");
+    const remat::planner::Simulation predicted =
+        remat::planner::simulate(chain, plan);
+    ASSERT_TRUE(predicted.valid) << predicted.error;
+    remat::PlannedChain net(sharded.stages(), plan);
+    int64_t worst = 0;
+    for (int step = 0; step < 3; ++step) {
+      for (const torch::Tensor& shard : sharded.shards()) {
+        if (shard.grad().defined()) {
+          shard.mutable_grad().zero_();
+        }
+      }
+      remat::MemoryMeter meter;
+      net->forward(input).sum().backward();
+      sharded.finish();
+      if (step > 0) {  // the shards' gradients exist from the first step on
+        worst = std::max(worst, meter.peak_delta_bytes());
+      }
+    }
+    // The resident bytes are exact by construction; what is measured is
+    // everything above them: activations and the gathered parameters and
+    // gradients (half or more of it here: the gathered 66 KB per stage).
+    const int64_t measured = worst + unsharded.input_bytes();
+    const int64_t expected = predicted.peak_bytes - chain.resident_bytes();
+    EXPECT_LE(measured, expected * 11 / 10)
+        << "measured " << measured << ", predicted " << expected;
+    EXPECT_GE(measured, expected * 9 / 10)
+        << "measured " << measured << ", predicted " << expected;
+  });
+  expect_no_errors(errors);
+}
+
+TEST(ShardedStages, RefusesTiedWeightsAndBadStagesLeavingThemIntact) {
+  const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
+    torch::nn::Linear first(4, 4);
+    torch::nn::Sequential holder(first);  // a second module with first's
+    std::vector<remat::Stage> stages{
+        {[=](const torch::Tensor& x) mutable { return first(x); },
+         first.ptr()},
+        {[=](const torch::Tensor& x) mutable { return holder->forward(x); },
+         holder.ptr()}};
+    const std::string tied =
+        thrown_by([&] { dist::ShardedStages sharded(stages, group); });
+    EXPECT_NE(tied.find("tied weights"), std::string::npos) << tied;
+    EXPECT_NE(tied.find("stage 1"), std::string::npos) << tied;
+    // Nothing changed: the parameters still hold their values.
+    EXPECT_EQ(first->weight.storage().nbytes(), 16 * sizeof(float));
+    EXPECT_EQ(first->bias.numel(), 4);
+    first(torch::ones({1, 4}));
+
+    const std::string empty =
+        thrown_by([&] { dist::ShardedStages sharded({}, group); });
+    EXPECT_NE(empty.find("at least one stage"), std::string::npos) << empty;
+    stages.pop_back();
+    stages.push_back({nullptr, nullptr});
+    const std::string no_forward =
+        thrown_by([&] { dist::ShardedStages sharded(stages, group); });
+    EXPECT_NE(no_forward.find("stage 1 has none"), std::string::npos)
+        << no_forward;
+    const std::string bad_chain = thrown_by([&] {
+      dist::sharded_chain(
+          remat::planner::Chain({remat::planner::StageCost{}}, 4),
+          {stages.front(), stages.front()},
+          2);
+    });
+    EXPECT_NE(bad_chain.find("chain of 2 stages"), std::string::npos)
+        << bad_chain;
+  });
+  expect_no_errors(errors);
+}
+
 // ---- the contract of finish()
 
 TEST(GradientSync, MissingGradientsCountAsZerosAndFinishAccumulates) {
