@@ -83,6 +83,9 @@ struct TrainOptions {
   double timeout_s = 60;
   /// Write the trained parameters here with torch::save (rank 0 only).
   std::string save;
+  /// Sharded training (distributed::ShardedStages): each rank keeps a shard
+  /// of every stage's parameters, gradients and AdamW state.
+  bool shard = false;
   /// The command line, argv[0] included, that --nproc relaunches (without
   /// --nproc). Set by run_cli.
   std::vector<std::string> arguments;

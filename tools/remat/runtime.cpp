@@ -5,6 +5,7 @@
 #include <chrono>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include "cli_error.h"
 
@@ -20,9 +21,9 @@ double elapsed_ms(Clock::time_point since) {
 
 // Allocates every parameter gradient (zeros) or zeroes it in place, so the
 // gradients are live before the meter starts (docs/benchmarks.md).
-void zero_gradients(const torch::nn::Sequential& model) {
+void zero_gradients(const std::vector<torch::Tensor>& parameters) {
   torch::NoGradGuard no_grad;
-  for (auto& parameter : model->parameters()) {
+  for (auto parameter : parameters) {
     if (!parameter.requires_grad()) {
       continue;
     }
@@ -162,12 +163,22 @@ Trainer::Trainer(
     double lr,
     std::optional<CompressOptions> compress,
     Precision precision,
-    std::optional<distributed::ProcessGroup> group)
+    std::optional<distributed::ProcessGroup> group,
+    bool shard)
     : model_(model),
-      executor_(model, choice, mode),
       compress_(compress),
       precision_(precision),
       group_(std::move(group)) {
+  TORCH_CHECK(!shard || group_, "remat: sharded training needs a group");
+  if (shard) {
+    sharded_ = std::make_unique<distributed::ShardedStages>(
+        stages_of(model_), *group_);
+    executor_ = std::make_unique<Executor>(sharded_->sequential(), choice, mode);
+    optimizer_ = std::make_unique<torch::optim::AdamW>(
+        sharded_->shards(), torch::optim::AdamWOptions(lr));
+    return;
+  }
+  executor_ = std::make_unique<Executor>(model_, choice, mode);
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(lr));
   if (group_) {
@@ -176,12 +187,48 @@ Trainer::Trainer(
   }
 }
 
+void Trainer::with_full_parameters(const std::function<void()>& use) {
+  if (sharded_) {
+    sharded_->with_full_parameters(use);
+  } else {
+    use();
+  }
+}
+
+int64_t held_bytes(const std::vector<torch::Tensor>& tensors) {
+  std::vector<const void*> seen;
+  int64_t bytes = 0;
+  const auto count = [&](const torch::Tensor& tensor) {
+    if (!tensor.defined() || !tensor.has_storage()) {
+      return;
+    }
+    const void* storage = tensor.storage().unsafeGetStorageImpl();
+    if (std::find(seen.begin(), seen.end(), storage) == seen.end()) {
+      seen.push_back(storage);
+      bytes += static_cast<int64_t>(tensor.storage().nbytes());
+    }
+  };
+  for (const torch::Tensor& tensor : tensors) {
+    count(tensor);
+    count(tensor.grad());
+  }
+  return bytes;
+}
+
 StepResult Trainer::step(
     const Workload& workload, const Batch& batch, uint64_t seed, bool update) {
   model_->train();
-  zero_gradients(model_);
+  std::vector<torch::Tensor> held = model_->parameters();
+  if (sharded_) {
+    zero_gradients(sharded_->shards());
+    const std::vector<torch::Tensor> shards = sharded_->shards();
+    held.insert(held.end(), shards.begin(), shards.end());
+  } else {
+    zero_gradients(held);
+  }
   torch::manual_seed(seed);
   StepResult result;
+  result.parameter_state_bytes = held_bytes(held);
   {
     AutocastGuard autocast(c10::kCPU, precision_);
     meter_.reset();
@@ -192,13 +239,16 @@ StepResult Trainer::step(
       if (compress_) {
         compressed.emplace(*compress_);
       }
-      loss = workload.loss(executor_.forward(batch.inputs), batch);
+      loss = workload.loss(executor_->forward(batch.inputs), batch);
     }
     result.forward_ms = elapsed_ms(forward_start);
     const auto backward_start = Clock::now();
     loss.backward();
     if (sync_) {
       sync_->finish();
+    }
+    if (sharded_) {
+      sharded_->finish();
     }
     result.backward_ms = elapsed_ms(backward_start);
     result.activation_peak_bytes = meter_.peak_delta_bytes();

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -99,6 +100,11 @@ struct StepResult {
   }
   /// Activation peak of forward + backward (see the top of this header).
   int64_t activation_peak_bytes = 0;
+  /// Bytes of parameter memory held through the step, measured before the
+  /// forward: the storages of the parameters and of their gradients (of the
+  /// shards and their gradients when sharded; the modules' own parameters
+  /// then hold none).
+  int64_t parameter_state_bytes = 0;
 };
 
 /// A model with its executor and optimizer (AdamW).
@@ -107,7 +113,10 @@ class Trainer {
   /// With `compress`, the forward runs under a CompressActivations guard.
   /// Forward, loss and backward run under an AutocastGuard for the CPU in
   /// `precision` (its default options: no cast cache). With `group`, the
-  /// gradients are averaged over its ranks (distributed::GradientSync).
+  /// gradients are averaged over its ranks (distributed::GradientSync), or,
+  /// with `shard`, the model is sharded over them (distributed::
+  /// ShardedStages: the executor runs its stages, AdamW updates its shards).
+  /// REQUIRES: `group` if `shard`.
   Trainer(
       torch::nn::Sequential model,
       const PlanChoice& choice,
@@ -115,7 +124,8 @@ class Trainer {
       double lr,
       std::optional<CompressOptions> compress = std::nullopt,
       Precision precision = Precision::kFloat32,
-      std::optional<distributed::ProcessGroup> group = std::nullopt);
+      std::optional<distributed::ProcessGroup> group = std::nullopt,
+      bool shard = false);
   /// Forward, loss, backward (measured), then the optimizer step when
   /// `update` is true. Reseeds the global RNG with `seed` first.
   StepResult step(
@@ -124,12 +134,16 @@ class Trainer {
       uint64_t seed,
       bool update = true);
   const Executor& executor() const {
-    return executor_;
+    return *executor_;
   }
+  /// Runs `use` with the model's full parameters in its modules (gathered
+  /// from the shards when sharded: a collective, every rank must call it).
+  void with_full_parameters(const std::function<void()>& use);
 
  private:
   torch::nn::Sequential model_;
-  Executor executor_;
+  std::unique_ptr<distributed::ShardedStages> sharded_;
+  std::unique_ptr<Executor> executor_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::optional<CompressOptions> compress_;
   Precision precision_;
@@ -137,6 +151,9 @@ class Trainer {
   std::unique_ptr<distributed::GradientSync> sync_;
   MemoryMeter meter_;
 };
+
+/// Bytes of the distinct storages of `tensors` and of their gradients.
+int64_t held_bytes(const std::vector<torch::Tensor>& tensors);
 
 /// The --compress flag: nullopt for "none", else the stored type of
 /// "bf16", "fp16" or "int8". Throws UsageError naming the text otherwise.

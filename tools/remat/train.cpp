@@ -29,7 +29,11 @@
 // differ between ranks: rank 0's plan is shared with all (through the
 // store), each rank checks that it is valid for its own chain, and the ranks
 // check that their models and flags agree. Only rank 0 prints; there is no
-// baseline run.
+// baseline run. --shard trains sharded instead (distributed::ShardedStages):
+// the chain the plan is made for also counts each stage's gathered
+// parameters and the resident shards, so the budget and the reported peak
+// cover parameters and activations together; --save gathers the parameters
+// on every rank and rank 0 writes them.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -172,6 +176,13 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
           "--master-port", options.master_port, "Rendezvous port on rank 0")
       ->check(CLI::Range(int64_t{1}, int64_t{65535}))
       ->capture_default_str();
+  command->add_flag(
+      "--shard",
+      options.shard,
+      "Sharded training (with --nproc or --rank): each rank keeps a shard "
+      "of every block's parameters, gradients and AdamW state; a block's "
+      "parameters are gathered for its forwards and its backward; the "
+      "budget covers parameters and activations");
   command
       ->add_option(
           "--timeout",
@@ -264,6 +275,11 @@ Parallel join_group(const TrainOptions& options) {
       throw UsageError(
           "--world-size: expected --rank too (or --nproc for local workers)");
     }
+    if (options.shard) {
+      throw UsageError(
+          "--shard: shards over a group of workers; expected --nproc N or "
+          "--rank/--world-size too");
+    }
     return parallel;
   }
   if (options.model.batch % group_options.world_size() != 0) {
@@ -293,8 +309,18 @@ struct TrainRun {
   std::vector<double> step_ms;
   /// Highest activation peak over the steps (forward + loss + backward).
   int64_t activation_peak_bytes = 0;
-  /// The same plus the input bytes: the budget's units.
+  /// The same plus the input bytes (plus, when sharded, the resident
+  /// parameter shards and their gradients): the budget's units.
   int64_t peak_bytes = 0;
+  bool sharded = false;
+  /// Bytes of the model's parameters (all of them, unsharded).
+  int64_t parameter_bytes = 0;
+  /// Parameter memory held through a step (parameters and gradients, or
+  /// their shards), measured; the highest over the steps.
+  int64_t parameter_state_bytes = 0;
+  /// Highest activation peak + input + parameter_state_bytes: parameters
+  /// and activations together, comparable between sharded and not.
+  int64_t peak_with_parameters_bytes = 0;
   int64_t over_budget_steps = 0;
   double seconds = 0;
   // The interleaved no-checkpoint baseline (baseline_steps == 0: none).
@@ -351,7 +377,8 @@ TrainRun measure_training(
         "the model and its flags",
         run.model + "; " + options.recompute + ", " + options.mode + ", " +
             options.precision + ", compress " + options.compress +
-            ", selective " + (options.selective ? "on" : "off") + ", steps " +
+            ", selective " + (options.selective ? "on" : "off") + ", shard " +
+            (options.shard ? "on" : "off") + ", steps " +
             std::to_string(options.steps) + ", seed " +
             std::to_string(options.seed));
     distributed::broadcast_parameters(model->parameters(), *parallel.group);
@@ -366,12 +393,22 @@ TrainRun measure_training(
   const Batch probe = parallel.slice(workload.next_batch());
   check_trainable(
       run.strategy, mode, static_cast<int64_t>(model->size()), probe.inputs);
+  run.sharded = options.shard;
+  for (const auto& parameter : model->parameters()) {
+    run.parameter_bytes += static_cast<int64_t>(parameter.nbytes());
+  }
+  // Profiled unsharded (every rank still holds the whole model here); when
+  // sharded, the planner also counts the parameters each stage gathers and
+  // the shards every rank keeps, so the budget covers both.
   const planner::Chain chain = [&] {
     AutocastGuard autocast(c10::kCPU, run.precision);
-    return profile_chain(
+    const planner::Chain profiled = profile_chain(
         model,
         probe.inputs,
         ProfileOptions().selective_policy(selective_policy(options.selective)));
+    return options.shard ? distributed::sharded_chain(
+                               profiled, stages_of(model), parallel.world_size)
+                         : profiled;
   }();
   run.input_bytes = chain.input_bytes();
   run.choice = choose_plan(
@@ -448,14 +485,23 @@ TrainRun measure_training(
       options.lr,
       parse_compress(options.compress),
       run.precision,
-      parallel.group);
+      parallel.group,
+      options.shard);
   if (human && parallel.group) {
     const distributed::GroupOptions& group = parallel.group->options();
     io.out << "parallel  " << parallel.world_size << " ranks (Gloo, rendezvous "
            << group.master_addr() << ":" << group.master_port()
            << "), local batch " << options.model.batch / parallel.world_size
            << " of " << options.model.batch
-           << ", gradients averaged during backward; no baseline run\n";
+           << (options.shard
+                   ? ", sharded: each rank keeps 1/" +
+                         std::to_string(parallel.world_size) +
+                         " of the parameters, gradients and AdamW state; "
+                         "resident " +
+                         planner::format_bytes(chain.resident_bytes()) +
+                         " of the budget"
+                   : std::string(", gradients averaged during backward"))
+           << "; no baseline run\n";
   }
   if (human) {
     io.out << "executor  " << trainer.executor().description() << "; "
@@ -478,7 +524,14 @@ TrainRun measure_training(
     auto step_start = Clock::now();
     const StepResult result = trainer.step(workload, batch, seed);
     planned_wall_s += seconds_since(step_start);
-    const int64_t peak = result.activation_peak_bytes + run.input_bytes;
+    const int64_t peak = result.activation_peak_bytes + run.input_bytes +
+                         chain.resident_bytes();
+    run.parameter_state_bytes =
+        std::max(run.parameter_state_bytes, result.parameter_state_bytes);
+    run.peak_with_parameters_bytes = std::max(
+        run.peak_with_parameters_bytes,
+        result.activation_peak_bytes + run.input_bytes +
+            result.parameter_state_bytes);
     run.losses.push_back(result.loss);
     run.step_ms.push_back(result.step_ms());
     run.peak_bytes = std::max(run.peak_bytes, peak);
@@ -523,8 +576,13 @@ TrainRun measure_training(
   }
   progress.finish();
   run.seconds = seconds_since(start);
-  if (!options.save.empty() && parallel.rank == 0) {
-    save_parameters(model, options.save);
+  if (!options.save.empty()) {
+    // Sharded: every rank gathers the parameters, rank 0 writes them.
+    trainer.with_full_parameters([&] {
+      if (parallel.rank == 0) {
+        save_parameters(model, options.save);
+      }
+    });
   }
   return run;
 }
@@ -572,6 +630,10 @@ void render_json(
   report["last_loss_mean"] = summary.last_loss_mean;
   report["peak_bytes"] = run.peak_bytes;
   report["activation_peak_bytes"] = run.activation_peak_bytes;
+  report["sharded"] = run.sharded;
+  report["parameter_bytes"] = run.parameter_bytes;
+  report["parameter_state_bytes"] = run.parameter_state_bytes;
+  report["peak_with_parameters_bytes"] = run.peak_with_parameters_bytes;
   report["no_checkpoint_peak_bytes"] = choice.store_all_peak_bytes;
   report["over_budget_steps"] = run.over_budget_steps;
   report["step_ms_median"] = summary.step_ms_median;
@@ -602,7 +664,8 @@ void render_text(
       << summary.window << ": " << fixed(summary.first_loss_mean, 4) << " -> "
       << fixed(summary.last_loss_mean, 4) << ")\n";
   out << "  peak            " << format_bytes(run.peak_bytes)
-      << " max (activations + input)";
+      << (run.sharded ? " max (activations + input + resident shards)"
+                      : " max (activations + input)");
   if (choice.budget_bytes) {
     out << ", budget " << format_bytes(*choice.budget_bytes) << ": "
         << (run.over_budget_steps == 0
@@ -611,6 +674,11 @@ void render_text(
                       " steps");
   }
   out << '\n';
+  out << "  with parameters " << format_bytes(run.peak_with_parameters_bytes)
+      << " max (" << format_bytes(run.parameter_state_bytes)
+      << " of parameters and gradients"
+      << (run.sharded ? " shards" : "") << " held through the step; model "
+      << format_bytes(run.parameter_bytes) << ")\n";
   if (run.baseline_steps == 0) {
     out << "  step time       " << fixed(summary.step_ms_median, 1)
         << " ms median (no baseline run)\n";
