@@ -911,6 +911,40 @@ TEST(RematBinary, ShardingTwoWorkersCutsTheirPeakByTheParameterShards) {
       64.0);
 }
 
+// explain --shard N plans one rank: its resident shards and each stage's
+// gathered parameters are in the chain, the budget and the report.
+TEST(RematBinary, ExplainShardShowsParametersAndActivations) {
+  const std::string flags =
+      "explain --model mlp --layers 3 --hidden 64 --batch 8 --strategy none "
+      "--out '' --json";
+  ProcessResult result = run_remat(flags);
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const auto plain = nlohmann::json::parse(result.out);
+  result = run_remat(flags + " --shard 2");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const auto sharded = nlohmann::json::parse(result.out);
+  EXPECT_EQ(plain["resident_bytes"].get<int64_t>(), 0);
+  // Linear(64, 64) + bias, halved, with its gradient: 2 * 4160 * 4 / 2 per
+  // hidden stage; the first stage's input width is the task's.
+  EXPECT_GT(sharded["resident_bytes"].get<int64_t>(), 3 * 4160 * 4);
+  EXPECT_EQ(
+      sharded["stages"][1]["gathered_bytes"].get<int64_t>(), 4160 * 4);
+  EXPECT_GT(
+      sharded["predicted"]["peak_bytes"].get<int64_t>(),
+      sharded["resident_bytes"].get<int64_t>());
+  const std::string table = sharded["table"].get<std::string>();
+  EXPECT_NE(table.find("gathered"), std::string::npos) << table;
+  EXPECT_NE(table.find("parameters at the peak"), std::string::npos) << table;
+  EXPECT_EQ(plain["table"].get<std::string>().find("gathered"),
+            std::string::npos);
+  result = run_remat("explain --model mlp --batch 9 --shard 2 --out ''");
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(
+      result.err.find("--batch: the global batch must divide by --shard 2"),
+      std::string::npos)
+      << describe(result);
+}
+
 TEST(RematBinary, ShardRefusesToRunWithoutWorkers) {
   const ProcessResult result = run_remat("train " + kParallelMlp + " --shard");
   EXPECT_EQ(result.exit_code, 1) << describe(result);

@@ -153,6 +153,9 @@ struct ExplainOptions {
   std::string precision = "fp32";
   /// Profile each stage also run selectively (--selective; not --chain).
   bool selective = false;
+  /// Plan one rank of sharded training over this many ranks (0: not
+  /// sharded; not --chain): --batch is then the global batch.
+  int64_t shard = 0;
   bool json = false;
   uint64_t seed = 0;
   int64_t threads = 2;

@@ -5,11 +5,15 @@
 // The memory series is simulate()'s step-by-step report: the live bytes after
 // each op and the running peak (which includes transients inside ops). It is
 // written as explain.dat with a gnuplot script, and drawn to explain.png.
-// 100% of a budget is the simulated store-all peak.
+// 100% of a budget is the simulated store-all peak. --shard N plans one rank
+// of `remat train --nproc N --shard`: the rank's slice of the batch,
+// profiled unsharded, with each stage's gathered parameters and the resident
+// shards counted (distributed::sharded_chain).
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 
+#include <remat/distributed.h>
 #include <remat/planned_sequential.h>
 #include <remat/profile.h>
 #include <nlohmann/json.hpp>
@@ -36,7 +40,7 @@ std::vector<TimelinePoint> memory_timeline(
     const planner::Chain& chain, const PlanChoice& choice) {
   const planner::Simulation& simulation = choice.simulation;
   std::vector<TimelinePoint> points;
-  int64_t running = chain.input_bytes();
+  int64_t running = chain.base_bytes();
   points.push_back({"start", running, running, running});
   for (size_t k = 0; k < simulation.op_peak_bytes.size(); ++k) {
     const planner::Op& op = choice.plan.ops[k];
@@ -125,6 +129,14 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& options) {
   command->add_flag("--json", options.json, "Print JSON instead of text");
   add_precision_flag(*command, options.precision);
   add_selective_flag(*command, options.selective);
+  command
+      ->add_option(
+          "--shard",
+          options.shard,
+          "Plan one rank of sharded training over N ranks (remat train "
+          "--nproc N --shard): --batch is the global batch; parameters "
+          "gathered per stage and the resident shards count in the budget")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
   add_run_flags(*command, options.threads, options.seed);
   return command;
 }
@@ -137,21 +149,43 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
   std::optional<planner::Chain> chain;
   std::string source;
   if (!options.chain_path.empty()) {
+    if (options.shard > 0) {
+      throw UsageError(
+          "--shard: applies to a profiled built-in model, got a chain file "
+          "(its stages carry their gathered_bytes and the chain its "
+          "resident_bytes)");
+    }
     chain = read_chain_file("--chain", options.chain_path);
     source = options.chain_path;
   } else {
     const Precision precision = cpu_precision(options.precision);
+    if (options.shard > 0 && options.model.batch % options.shard != 0) {
+      throw UsageError(
+          "--batch: the global batch must divide by --shard " +
+          std::to_string(options.shard) + ", got " +
+          std::to_string(options.model.batch));
+    }
     Workload workload(options.model, options.seed);
-    const Batch sample = workload.next_batch();
+    torch::Tensor sample = workload.next_batch().inputs;
+    if (options.shard > 0) {
+      sample = sample.narrow(0, 0, options.model.batch / options.shard);
+    }
     {
       AutocastGuard autocast(c10::kCPU, precision);
       chain = profile_chain(
           workload.model(),
-          sample.inputs,
+          sample,
           ProfileOptions().selective_policy(
               selective_policy(options.selective)));
     }
     source = workload.description() + "; " + precision_name(precision);
+    if (options.shard > 0) {
+      chain = distributed::sharded_chain(
+          *chain, stages_of(workload.model()), options.shard);
+      source += "; one rank of " + std::to_string(options.shard) +
+                ", sharded (local batch " +
+                std::to_string(options.model.batch / options.shard) + ")";
+    }
   }
   const PlanChoice choice = choose_plan(
       *chain,
@@ -180,6 +214,7 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
                                  ? nlohmann::json(*choice.budget_bytes)
                                  : nlohmann::json(nullptr);
     report["min_feasible_bytes"] = choice.min_feasible_bytes;
+    report["resident_bytes"] = chain->resident_bytes();
     report["plan"] = choice.plan.to_string();
     report["predicted"] = {
         {"peak_bytes", choice.simulation.peak_bytes},
@@ -204,7 +239,8 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
            {"first_forward", first},
            {"forwards", forwards},
            {"output_bytes", chain->stage(index).output_bytes},
-           {"saved_bytes", chain->stage(index).saved_bytes}});
+           {"saved_bytes", chain->stage(index).saved_bytes},
+           {"gathered_bytes", chain->stage(index).gathered_bytes}});
     }
     report["stages"] = stages;
     nlohmann::json timeline = nlohmann::json::array();
