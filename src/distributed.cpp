@@ -163,6 +163,18 @@ void check_collective_tensor(const char* call, const torch::Tensor& tensor) {
       tensor.defined() ? tensor.toString() : std::string("an undefined one"));
 }
 
+/// A collective's root must be a rank of the group.
+void check_root(const char* call, int64_t root, int64_t world_size) {
+  TORCH_CHECK(
+      root >= 0 && root < world_size,
+      "remat::distributed::ProcessGroup::",
+      call,
+      ": expected a root rank in [0, ",
+      world_size,
+      "), got ",
+      root);
+}
+
 /// At most `limit` characters of `text`, for messages.
 std::string shortened(const std::string& text, size_t limit = 160) {
   return text.size() <= limit
@@ -398,13 +410,7 @@ Work ProcessGroup::allreduce_sum(const torch::Tensor& tensor) {
 
 Work ProcessGroup::reduce_sum(const torch::Tensor& tensor, int64_t root) {
   check_collective_tensor("reduce_sum", tensor);
-  TORCH_CHECK(
-      root >= 0 && root < world_size(),
-      "remat::distributed::ProcessGroup::reduce_sum: expected a root rank in "
-      "[0, ",
-      world_size(),
-      "), got ",
-      root);
+  check_root("reduce_sum", root, world_size());
   std::vector<at::Tensor> tensors{tensor};
   c10d::ReduceOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
@@ -419,13 +425,7 @@ Work ProcessGroup::reduce_sum(const torch::Tensor& tensor, int64_t root) {
 
 void ProcessGroup::broadcast(const torch::Tensor& tensor, int64_t root) {
   check_collective_tensor("broadcast", tensor);
-  TORCH_CHECK(
-      root >= 0 && root < world_size(),
-      "remat::distributed::ProcessGroup::broadcast: expected a root rank in "
-      "[0, ",
-      world_size(),
-      "), got ",
-      root);
+  check_root("broadcast", root, world_size());
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;

@@ -200,42 +200,33 @@ namespace {
 
 using State = ShardedStages::State;
 
-/// The start of a stage's backward (NOTE: [Stage boundaries in backward]).
-class StageExit : public torch::autograd::Node {
+/// One end of a stage's graph (NOTE: [Stage boundaries in backward]): in
+/// backward, the StageExit (kStart) begins the stage's backward and the
+/// StageEntry (kEnd) ends it; the gradient passes through unchanged.
+class StageBoundary : public torch::autograd::Node {
  public:
-  StageExit(std::shared_ptr<State> state, int64_t unit)
-      : state_(std::move(state)), unit_(unit) {}
+  enum class Side { kStart, kEnd };
+  StageBoundary(std::shared_ptr<State> state, int64_t unit, Side side)
+      : state_(std::move(state)), unit_(unit), side_(side) {}
   torch::autograd::variable_list apply(
       torch::autograd::variable_list&& grads) override {
-    state_->begin_backward(state_->units[unit_]);
+    State::Unit& unit = state_->units[unit_];
+    if (side_ == Side::kStart) {
+      state_->begin_backward(unit);
+    } else {
+      state_->end_backward(unit);
+    }
     return std::move(grads);
   }
   std::string name() const override {
-    return "remat::distributed::StageExit";
+    return side_ == Side::kStart ? "remat::distributed::StageExit"
+                                 : "remat::distributed::StageEntry";
   }
 
  private:
   std::shared_ptr<State> state_;
   int64_t unit_;
-};
-
-/// The end of a stage's backward.
-class StageEntry : public torch::autograd::Node {
- public:
-  StageEntry(std::shared_ptr<State> state, int64_t unit)
-      : state_(std::move(state)), unit_(unit) {}
-  torch::autograd::variable_list apply(
-      torch::autograd::variable_list&& grads) override {
-    state_->end_backward(state_->units[unit_]);
-    return std::move(grads);
-  }
-  std::string name() const override {
-    return "remat::distributed::StageEntry";
-  }
-
- private:
-  std::shared_ptr<State> state_;
-  int64_t unit_;
+  Side side_;
 };
 
 /// An alias of `value` (same storage and version counter) whose grad_fn is
@@ -260,11 +251,17 @@ torch::Tensor run_sharded(
   const bool graph = c10::GradMode::is_enabled();
   torch::Tensor x = input;
   if (graph && input.is_floating_point()) {
-    x = through(input, compat::make_node<StageEntry>(state, unit_index));
+    x = through(
+        input,
+        compat::make_node<StageBoundary>(
+            state, unit_index, StageBoundary::Side::kEnd));
   }
   torch::Tensor output = inner.forward(x);
   if (graph && output.defined() && output.requires_grad()) {
-    output = through(output, compat::make_node<StageExit>(state, unit_index));
+    output = through(
+        output,
+        compat::make_node<StageBoundary>(
+            state, unit_index, StageBoundary::Side::kStart));
   }
   if (!unit.in_backward) {
     state->release(unit);

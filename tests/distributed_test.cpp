@@ -116,6 +116,26 @@ const char* training_name(Training run) {
   return "?";
 }
 
+const Training kTrainings[] = {
+    Training::kPlain,
+    Training::kNonReentrant,
+    Training::kReentrant,
+    Training::kPlanned};
+
+std::string training_test_name(const ::testing::TestParamInfo<Training>& info) {
+  switch (info.param) {
+    case Training::kPlain:
+      return "Plain";
+    case Training::kNonReentrant:
+      return "NonReentrant";
+    case Training::kReentrant:
+      return "Reentrant";
+    case Training::kPlanned:
+      return "Planned";
+  }
+  return "Unknown";
+}
+
 torch::nn::Sequential make_model() {
   torch::manual_seed(7);
   return torch::nn::Sequential(
@@ -301,24 +321,8 @@ TEST_P(DataParallel, TwoRanksOnHalfBatchesEqualOneRankOnTheWholeBatch) {
 INSTANTIATE_TEST_SUITE_P(
     Runs,
     DataParallel,
-    ::testing::Values(
-        Training::kPlain,
-        Training::kNonReentrant,
-        Training::kReentrant,
-        Training::kPlanned),
-    [](const ::testing::TestParamInfo<Training>& info) {
-      switch (info.param) {
-        case Training::kPlain:
-          return std::string("Plain");
-        case Training::kNonReentrant:
-          return std::string("NonReentrant");
-        case Training::kReentrant:
-          return std::string("Reentrant");
-        case Training::kPlanned:
-          return std::string("Planned");
-      }
-      return std::string("Unknown");
-    });
+    ::testing::ValuesIn(kTrainings),
+    training_test_name);
 
 // ---- sharded training against the whole-batch reference
 
@@ -387,24 +391,8 @@ TEST_P(Sharded, TwoRanksOnHalfBatchesEqualOneRankOnTheWholeBatch) {
 INSTANTIATE_TEST_SUITE_P(
     Runs,
     Sharded,
-    ::testing::Values(
-        Training::kPlain,
-        Training::kNonReentrant,
-        Training::kReentrant,
-        Training::kPlanned),
-    [](const ::testing::TestParamInfo<Training>& info) {
-      switch (info.param) {
-        case Training::kPlain:
-          return std::string("Plain");
-        case Training::kNonReentrant:
-          return std::string("NonReentrant");
-        case Training::kReentrant:
-          return std::string("Reentrant");
-        case Training::kPlanned:
-          return std::string("Planned");
-      }
-      return std::string("Unknown");
-    });
+    ::testing::ValuesIn(kTrainings),
+    training_test_name);
 
 TEST(ShardedStages, OneRankTrainsBitwiseAsTheUnshardedModel) {
   const torch::nn::Sequential initial = make_model();
