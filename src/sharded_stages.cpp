@@ -84,14 +84,21 @@ struct ShardedStages::State {
     return unit.padded * static_cast<int64_t>(unit.flat.element_size());
   }
 
+  /// Gives the memory of `tensor`'s storage back to the allocator now,
+  /// whoever else still refers to the storage (its views, a finished
+  /// collective that has not dropped its tensors yet).
+  static void free_memory(const torch::Tensor& tensor) {
+    c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+    storage->set_data_ptr_noswap(at::DataPtr(nullptr, tensor.device()));
+    storage->set_nbytes(0);
+  }
+
   /// Frees the unit's parameter memory (every view keeps the storage).
   void release(Unit& unit) {
     if (!unit.gathered) {
       return;
     }
-    c10::StorageImpl* storage = unit.flat.storage().unsafeGetStorageImpl();
-    storage->set_data_ptr_noswap(at::DataPtr(nullptr, unit.flat.device()));
-    storage->set_nbytes(0);
+    free_memory(unit.flat);
     unit.gathered = false;
   }
 
@@ -189,6 +196,9 @@ struct ShardedStages::State {
     } else {
       unit.shard.mutable_grad() = mine.clone();
     }
+    // The reduces are done, but Gloo's worker threads may not have dropped
+    // their views of the buffer yet: free its memory now, not when they do.
+    free_memory(unit.gradient);
     unit.gradient = torch::Tensor();
     unit.in_backward = false;
     release(unit);
