@@ -47,6 +47,8 @@ struct TrainOptions {
   BudgetFlags budget;
   int64_t steps = 250;
   double lr = 3e-3;
+  /// adamw | sgd.
+  std::string optimizer = "adamw";
   uint64_t seed = 0;
   int64_t threads = 2;
   std::string mode = "nonreentrant";

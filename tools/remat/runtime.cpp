@@ -36,6 +36,20 @@ void zero_gradients(const std::vector<torch::Tensor>& parameters) {
   }
 }
 
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    const OptimizerChoice& choice, std::vector<torch::Tensor> parameters) {
+  if (choice.name == "sgd") {
+    return std::make_unique<torch::optim::SGD>(
+        std::move(parameters), torch::optim::SGDOptions(choice.lr));
+  }
+  if (choice.name == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(
+        std::move(parameters), torch::optim::AdamWOptions(choice.lr));
+  }
+  throw UsageError(
+      "--optimizer: expected adamw or sgd, got '" + choice.name + "'");
+}
+
 /// Segments checkpoint_sequential runs for `strategy` on `stages` stages.
 int64_t uniform_segments(const planner::Strategy& strategy, int64_t stages) {
   return std::min<int64_t>(strategy.segments, stages);
@@ -160,7 +174,7 @@ Trainer::Trainer(
     torch::nn::Sequential model,
     const PlanChoice& choice,
     Mode mode,
-    double lr,
+    const OptimizerChoice& optimizer,
     std::optional<CompressOptions> compress,
     Precision precision,
     std::optional<distributed::ProcessGroup> group,
@@ -174,13 +188,11 @@ Trainer::Trainer(
     sharded_ = std::make_unique<distributed::ShardedStages>(
         stages_of(model_), *group_);
     executor_ = std::make_unique<Executor>(sharded_->sequential(), choice, mode);
-    optimizer_ = std::make_unique<torch::optim::AdamW>(
-        sharded_->shards(), torch::optim::AdamWOptions(lr));
+    optimizer_ = make_optimizer(optimizer, sharded_->shards());
     return;
   }
   executor_ = std::make_unique<Executor>(model_, choice, mode);
-  optimizer_ = std::make_unique<torch::optim::AdamW>(
-      model_->parameters(), torch::optim::AdamWOptions(lr));
+  optimizer_ = make_optimizer(optimizer, model_->parameters());
   if (group_) {
     sync_ = std::make_unique<distributed::GradientSync>(
         model_->parameters(), *group_);

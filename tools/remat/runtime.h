@@ -107,7 +107,17 @@ struct StepResult {
   int64_t parameter_state_bytes = 0;
 };
 
-/// A model with its executor and optimizer (AdamW).
+/// The optimizer a Trainer steps with.
+struct OptimizerChoice {
+  /// "adamw" (torch::optim::AdamW, its default betas, eps and weight decay)
+  /// or "sgd" (plain SGD: no momentum, no weight decay; exact comparisons
+  /// between runs, where AdamW's division by the gradient's magnitude
+  /// amplifies rounding).
+  std::string name = "adamw";
+  double lr = 3e-3;
+};
+
+/// A model with its executor and optimizer.
 class Trainer {
  public:
   /// With `compress`, the forward runs under a CompressActivations guard.
@@ -121,7 +131,7 @@ class Trainer {
       torch::nn::Sequential model,
       const PlanChoice& choice,
       Mode mode,
-      double lr,
+      const OptimizerChoice& optimizer,
       std::optional<CompressOptions> compress = std::nullopt,
       Precision precision = Precision::kFloat32,
       std::optional<distributed::ProcessGroup> group = std::nullopt,
@@ -144,7 +154,7 @@ class Trainer {
   torch::nn::Sequential model_;
   std::unique_ptr<distributed::ShardedStages> sharded_;
   std::unique_ptr<Executor> executor_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::optional<CompressOptions> compress_;
   Precision precision_;
   std::optional<distributed::ProcessGroup> group_;

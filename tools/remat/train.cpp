@@ -96,8 +96,17 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
   command->add_option("--steps", options.steps, "Training steps")
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}))
       ->capture_default_str();
-  command->add_option("--lr", options.lr, "AdamW learning rate")
+  command->add_option("--lr", options.lr, "Learning rate")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command
+      ->add_option(
+          "--optimizer",
+          options.optimizer,
+          "adamw, or sgd (plain SGD) for exact comparisons between runs "
+          "(AdamW divides by the gradient's magnitude, which amplifies "
+          "rounding)")
+      ->check(CLI::IsMember({"adamw", "sgd"}))
       ->capture_default_str();
   add_precision_flag(*command, options.precision);
   add_selective_flag(*command, options.selective);
@@ -379,7 +388,8 @@ TrainRun measure_training(
             options.precision + ", compress " + options.compress +
             ", selective " + (options.selective ? "on" : "off") + ", shard " +
             (options.shard ? "on" : "off") + ", steps " +
-            std::to_string(options.steps) + ", seed " +
+            std::to_string(options.steps) + ", " + options.optimizer +
+            ", seed " +
             std::to_string(options.seed));
     distributed::broadcast_parameters(model->parameters(), *parallel.group);
   }
@@ -470,7 +480,7 @@ TrainRun measure_training(
         clone_sequential(model),
         none,
         mode,
-        options.lr,
+        OptimizerChoice{options.optimizer, options.lr},
         std::nullopt,
         run.precision);
   }
@@ -482,7 +492,7 @@ TrainRun measure_training(
       model,
       choice,
       mode,
-      options.lr,
+      OptimizerChoice{options.optimizer, options.lr},
       parse_compress(options.compress),
       run.precision,
       parallel.group,
