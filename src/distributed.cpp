@@ -32,7 +32,10 @@
 // context timeout and Work::wait(timeout). A peer that dies closes its TCP
 // connections, so the others' pending collectives fail at once with Gloo's
 // I/O error; a peer that hangs makes them fail at the timeout. Either way the
-// error is rethrown as a c10::Error naming the operation and this rank.
+// error is rethrown as a c10::Error naming the operation and this rank. A
+// write to a closed connection would raise SIGPIPE, whose default action
+// ends the process without a message, so joining a group ignores SIGPIPE
+// unless the program handles it itself.
 #include "remat/distributed.h"
 
 #include <arpa/inet.h>
@@ -161,6 +164,18 @@ void check_collective_tensor(const char* call, const torch::Tensor& tensor) {
       call,
       ": expected a dense, contiguous CPU tensor, got ",
       tensor.defined() ? tensor.toString() : std::string("an undefined one"));
+}
+
+/// Makes writing to a connection whose peer has gone fail with EPIPE
+/// instead of killing the process with SIGPIPE (the default action), so that
+/// a dead peer is reported as a failed collective (NOTE: [Failures and
+/// timeouts]). A handler the program installed itself is left alone.
+void ignore_broken_pipes() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 &&
+      current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
 }
 
 /// A collective's root must be a rank of the group.
@@ -314,6 +329,7 @@ struct ProcessGroup::Impl {
 ProcessGroup::ProcessGroup(const GroupOptions& options)
     : impl_(std::make_shared<Impl>()) {
   check_group_options(options);
+  ignore_broken_pipes();
   impl_->options = options;
   const int64_t rank = options.rank();
   const std::string where =

@@ -117,7 +117,9 @@ class Work {
 class ProcessGroup {
  public:
   /// Joins the group: rank 0 starts the rendezvous store and waits for the
-  /// others; every rank then connects to every other.
+  /// others; every rank then connects to every other. If SIGPIPE has its
+  /// default action (ending the process), it is set to be ignored, so that
+  /// a peer that dies makes collectives fail with an error instead.
   ///
   /// Example:
   ///   ProcessGroup group(GroupOptions().rank(1).world_size(2)
