@@ -38,8 +38,8 @@
 // finish() does its reduction instead. Every rank issues the same
 // collectives in the same order because every rank runs the same plan.
 #include <algorithm>
-#include <exception>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,8 +64,8 @@ struct ShardedStages::State {
     std::vector<int64_t> offsets;           // into the flat buffer
     int64_t padded = 0;                     // elements of the flat buffer
     int64_t shard_size = 0;                 // padded / world_size
-    torch::Tensor flat;     // 1-D view of the whole storage
-    torch::Tensor shard;    // this rank's slice: a leaf
+    torch::Tensor flat;                     // 1-D view of the whole storage
+    torch::Tensor shard;                    // this rank's slice: a leaf
     torch::Tensor gradient;  // the flat full gradient, during backward
     bool gathered = false;
     bool in_backward = false;
@@ -141,8 +141,7 @@ struct ShardedStages::State {
     for (size_t k = 0; k < unit.parameters.size(); ++k) {
       torch::Tensor& parameter = unit.parameters[k];
       if (parameter.requires_grad()) {
-        parameter.mutable_grad() =
-            gradient_view(unit, static_cast<int64_t>(k));
+        parameter.mutable_grad() = gradient_view(unit, static_cast<int64_t>(k));
       }
     }
   }
@@ -381,8 +380,9 @@ planner::Chain with_unit_bytes(
   int64_t resident = 0;
   for (const auto& module : units.modules) {
     const std::vector<torch::Tensor> parameters = module->parameters();
-    const int64_t bytes = padded_elements(parameters, world_size) *
-                          static_cast<int64_t>(parameters.front().element_size());
+    const int64_t bytes =
+        padded_elements(parameters, world_size) *
+        static_cast<int64_t>(parameters.front().element_size());
     unit_bytes.push_back(bytes);
     resident += 2 * (bytes / world_size);  // the shard and its gradient
   }
@@ -447,7 +447,8 @@ ShardedStages::ShardedStages(std::vector<Stage> stages, ProcessGroup group)
                      .requires_grad_(true);
     for (size_t k = 0; k < unit.parameters.size(); ++k) {
       torch::Tensor& p = unit.parameters[k];
-      p.set_data(unit.flat.narrow(0, unit.offsets[k], p.numel()).view(p.sizes()));
+      p.set_data(
+          unit.flat.narrow(0, unit.offsets[k], p.numel()).view(p.sizes()));
       p.mutable_grad() = torch::Tensor();
     }
     unit.gathered = true;
@@ -533,7 +534,8 @@ std::vector<int64_t> ShardedStages::gathered_bytes() const {
 int64_t ShardedStages::resident_bytes() const {
   int64_t bytes = 0;
   for (const State::Unit& unit : state_->units) {
-    bytes += 2 * unit.shard_size * static_cast<int64_t>(unit.flat.element_size());
+    bytes +=
+        2 * unit.shard_size * static_cast<int64_t>(unit.flat.element_size());
   }
   return bytes;
 }

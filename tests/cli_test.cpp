@@ -927,16 +927,15 @@ TEST(RematBinary, ExplainShardShowsParametersAndActivations) {
   // Linear(64, 64) + bias, halved, with its gradient: 2 * 4160 * 4 / 2 per
   // hidden stage; the first stage's input width is the task's.
   EXPECT_GT(sharded["resident_bytes"].get<int64_t>(), 3 * 4160 * 4);
-  EXPECT_EQ(
-      sharded["stages"][1]["gathered_bytes"].get<int64_t>(), 4160 * 4);
+  EXPECT_EQ(sharded["stages"][1]["gathered_bytes"].get<int64_t>(), 4160 * 4);
   EXPECT_GT(
       sharded["predicted"]["peak_bytes"].get<int64_t>(),
       sharded["resident_bytes"].get<int64_t>());
   const std::string table = sharded["table"].get<std::string>();
   EXPECT_NE(table.find("gathered"), std::string::npos) << table;
   EXPECT_NE(table.find("parameters at the peak"), std::string::npos) << table;
-  EXPECT_EQ(plain["table"].get<std::string>().find("gathered"),
-            std::string::npos);
+  EXPECT_EQ(
+      plain["table"].get<std::string>().find("gathered"), std::string::npos);
   result = run_remat("explain --model mlp --batch 9 --shard 2 --out ''");
   EXPECT_EQ(result.exit_code, 1) << describe(result);
   EXPECT_NE(

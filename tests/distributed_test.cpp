@@ -319,10 +319,7 @@ TEST_P(DataParallel, TwoRanksOnHalfBatchesEqualOneRankOnTheWholeBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Runs,
-    DataParallel,
-    ::testing::ValuesIn(kTrainings),
-    training_test_name);
+    Runs, DataParallel, ::testing::ValuesIn(kTrainings), training_test_name);
 
 // ---- sharded training against the whole-batch reference
 
@@ -389,10 +386,7 @@ TEST_P(Sharded, TwoRanksOnHalfBatchesEqualOneRankOnTheWholeBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Runs,
-    Sharded,
-    ::testing::ValuesIn(kTrainings),
-    training_test_name);
+    Runs, Sharded, ::testing::ValuesIn(kTrainings), training_test_name);
 
 TEST(ShardedStages, OneRankTrainsBitwiseAsTheUnshardedModel) {
   const torch::nn::Sequential initial = make_model();
@@ -449,10 +443,9 @@ TEST(ShardedStages, MeasuredPeakIsWhatTheShardedChainPredicts) {
         dist::sharded_chain(unsharded, remat::stages_of(model), 1)
             .stages()
             .size());
-    const remat::planner::Plan plan =
-        remat::planner::plan_from_string(
-            "C0 N1 N2 N3 C4 N5 N6 N7 R8 R9 R10 R11 B11 B10 B9 B8 R4 R5 R6 R7 "
-            "B7 B6 B5 B4 R0 R1 R2 R3 B3 B2 B1 B0");
+    const remat::planner::Plan plan = remat::planner::plan_from_string(
+        "C0 N1 N2 N3 C4 N5 N6 N7 R8 R9 R10 R11 B11 B10 B9 B8 R4 R5 R6 R7 "
+        "B7 B6 B5 B4 R0 R1 R2 R3 B3 B2 B1 B0");
     const remat::planner::Simulation predicted =
         remat::planner::simulate(chain, plan);
     ASSERT_TRUE(predicted.valid) << predicted.error;
@@ -489,8 +482,7 @@ TEST(ShardedStages, RefusesTiedWeightsAndBadStagesLeavingThemIntact) {
     torch::nn::Linear first(4, 4);
     torch::nn::Sequential holder(first);  // a second module with first's
     std::vector<remat::Stage> stages{
-        {[=](const torch::Tensor& x) mutable { return first(x); },
-         first.ptr()},
+        {[=](const torch::Tensor& x) mutable { return first(x); }, first.ptr()},
         {[=](const torch::Tensor& x) mutable { return holder->forward(x); },
          holder.ptr()}};
     const std::string tied =

@@ -209,9 +209,8 @@ void print_parameter_share(
          std::to_string(op.stage);
   }
   const int64_t parameters = chain.resident_bytes() + gathered;
-  out << "parameters at the peak (" << at << ") "
-      << format_bytes(parameters) << ": resident "
-      << format_bytes(chain.resident_bytes())
+  out << "parameters at the peak (" << at << ") " << format_bytes(parameters)
+      << ": resident " << format_bytes(chain.resident_bytes())
       << " (this rank's shards and their gradients) + gathered "
       << format_bytes(gathered)
       << "; activations, gradients in flight and the input "

@@ -19,8 +19,8 @@
 //            then segment (a, j - 1) with m (x_j is gone, g_j is live).
 // time(a, b, m) = min over the feasible options, in this order (record, then
 // j ascending; ties go to the earlier); the whole chain is segment (0, L - 1)
-// with m = budget - input_bytes - resident_bytes. A segment of one stage (a == b) has
-// "record", the base case held in the bounds, and maybe "selective". A
+// with m = budget - input_bytes - resident_bytes. A segment of one stage (a ==
+// b) has "record", the base case held in the bounds, and maybe "selective". A
 // selective stage is never faster than a recorded one (recompute_ms >= 0), so
 // recording everything stays the fastest plan of every segment. Every valid
 // plan can be reordered into this form without raising its time or peak; the

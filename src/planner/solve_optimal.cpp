@@ -506,8 +506,7 @@ class SlotDp {
   SlotDp(const Chain& chain, int64_t budget_bytes, const SolverOptions& options)
       : unit_bytes_(slot_bytes(chain, budget_bytes, options)),
         units_(chain, unit_bytes_) {
-    const int64_t max_slots =
-        (budget_bytes - chain.base_bytes()) / unit_bytes_;
+    const int64_t max_slots = (budget_bytes - chain.base_bytes()) / unit_bytes_;
     SegmentArray<SegmentCell> cells = segment_bounds(units_);
     if (cells.at(0, units_.size() - 1).lo <= max_slots) {
       table_.emplace(std::move(cells), max_slots);

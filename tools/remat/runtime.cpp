@@ -187,7 +187,8 @@ Trainer::Trainer(
   if (shard) {
     sharded_ = std::make_unique<distributed::ShardedStages>(
         stages_of(model_), *group_);
-    executor_ = std::make_unique<Executor>(sharded_->sequential(), choice, mode);
+    executor_ =
+        std::make_unique<Executor>(sharded_->sequential(), choice, mode);
     optimizer_ = make_optimizer(optimizer, sharded_->shards());
     return;
   }

@@ -389,8 +389,7 @@ TrainRun measure_training(
             ", selective " + (options.selective ? "on" : "off") + ", shard " +
             (options.shard ? "on" : "off") + ", steps " +
             std::to_string(options.steps) + ", " + options.optimizer +
-            ", seed " +
-            std::to_string(options.seed));
+            ", seed " + std::to_string(options.seed));
     distributed::broadcast_parameters(model->parameters(), *parallel.group);
   }
   if (human) {
@@ -534,8 +533,8 @@ TrainRun measure_training(
     auto step_start = Clock::now();
     const StepResult result = trainer.step(workload, batch, seed);
     planned_wall_s += seconds_since(step_start);
-    const int64_t peak = result.activation_peak_bytes + run.input_bytes +
-                         chain.resident_bytes();
+    const int64_t peak =
+        result.activation_peak_bytes + run.input_bytes + chain.resident_bytes();
     run.parameter_state_bytes =
         std::max(run.parameter_state_bytes, result.parameter_state_bytes);
     run.peak_with_parameters_bytes = std::max(
@@ -686,9 +685,9 @@ void render_text(
   out << '\n';
   out << "  with parameters " << format_bytes(run.peak_with_parameters_bytes)
       << " max (" << format_bytes(run.parameter_state_bytes)
-      << " of parameters and gradients"
-      << (run.sharded ? " shards" : "") << " held through the step; model "
-      << format_bytes(run.parameter_bytes) << ")\n";
+      << " of parameters and gradients" << (run.sharded ? " shards" : "")
+      << " held through the step; model " << format_bytes(run.parameter_bytes)
+      << ")\n";
   if (run.baseline_steps == 0) {
     out << "  step time       " << fixed(summary.step_ms_median, 1)
         << " ms median (no baseline run)\n";
