@@ -263,6 +263,25 @@ std::vector<torch::Tensor> train_whole_batch(
   return values_of(runner.model());
 }
 
+/// kSteps steps of `runner` on this rank's slices of `batches`, with
+/// `finish` (the gradient exchange) between backward and the step.
+void train_on_slices(
+    Runner& runner,
+    torch::optim::Optimizer& optimizer,
+    const Batches& batches,
+    const dist::ProcessGroup& group,
+    const std::function<void()>& finish) {
+  for (int64_t step = 0; step < kSteps; ++step) {
+    optimizer.zero_grad();
+    const torch::Tensor inputs = dist::local_slice(batches.inputs[step], group);
+    const torch::Tensor targets =
+        dist::local_slice(batches.targets[step], group);
+    torch::mse_loss(runner.forward(inputs), targets).backward();
+    finish();
+    optimizer.step();
+  }
+}
+
 class DataParallel : public ::testing::TestWithParam<Training> {};
 
 TEST_P(DataParallel, TwoRanksOnHalfBatchesEqualOneRankOnTheWholeBatch) {
@@ -289,16 +308,7 @@ TEST_P(DataParallel, TwoRanksOnHalfBatchesEqualOneRankOnTheWholeBatch) {
         parameters, group, dist::GradientSyncOptions().bucket_bytes(600));
     torch::optim::SGD optimizer(
         parameters, torch::optim::SGDOptions(kLearningRate));
-    for (int64_t step = 0; step < kSteps; ++step) {
-      optimizer.zero_grad();
-      const torch::Tensor inputs =
-          dist::local_slice(batches.inputs[step], group);
-      const torch::Tensor targets =
-          dist::local_slice(batches.targets[step], group);
-      torch::mse_loss(runner.forward(inputs), targets).backward();
-      sync.finish();
-      optimizer.step();
-    }
+    train_on_slices(runner, optimizer, batches, group, [&] { sync.finish(); });
     trained[rank] = values_of(runner.model());
     buckets[rank] = sync.bucket_count();
     started[rank] = sync.buckets_started_in_backward();
@@ -346,16 +356,8 @@ TEST_P(Sharded, TwoRanksOnHalfBatchesEqualOneRankOnTheWholeBatch) {
     Runner runner(sharded.sequential(), run);
     torch::optim::SGD optimizer(
         sharded.shards(), torch::optim::SGDOptions(kLearningRate));
-    for (int64_t step = 0; step < kSteps; ++step) {
-      optimizer.zero_grad();
-      const torch::Tensor inputs =
-          dist::local_slice(batches.inputs[step], group);
-      const torch::Tensor targets =
-          dist::local_slice(batches.targets[step], group);
-      torch::mse_loss(runner.forward(inputs), targets).backward();
-      sharded.finish();
-      optimizer.step();
-    }
+    train_on_slices(
+        runner, optimizer, batches, group, [&] { sharded.finish(); });
     counts[rank] = sharded.last_step_counts();
     for (const torch::Tensor& shard : sharded.shards()) {
       shard_elements[rank] += shard.numel();
