@@ -625,8 +625,10 @@ struct GradientSync::State {
     if (--buckets[slot.bucket].pending == 0) {
       start_complete_buckets(/*in_backward=*/true);
     }
-    // Autograd adds these zeros to param.grad(): it stays as it was.
-    return torch::zeros_like(grad);
+    // Autograd adds these zeros to param.grad(), which stays as it was: one
+    // zero, broadcast, so that nothing of the gradient's size is allocated
+    // when param.grad() exists (AccumulateGrad adds in place).
+    return torch::zeros({}, grad.options()).expand(grad.sizes());
   }
 
   void reset_step() {
