@@ -363,6 +363,12 @@ int64_t padded_elements(
   return (total + world_size - 1) / world_size * world_size;
 }
 
+/// What one rank holds through the step of a unit of `unit_bytes` (its
+/// gathered size): its shard and the shard's gradient.
+int64_t resident_bytes_of_unit(int64_t unit_bytes, int64_t world_size) {
+  return 2 * (unit_bytes / world_size);
+}
+
 /// The chain of `chain` with gathered and resident bytes for `units`.
 planner::Chain with_unit_bytes(
     const planner::Chain& chain,
@@ -384,7 +390,7 @@ planner::Chain with_unit_bytes(
         padded_elements(parameters, world_size) *
         static_cast<int64_t>(parameters.front().element_size());
     unit_bytes.push_back(bytes);
-    resident += 2 * (bytes / world_size);  // the shard and its gradient
+    resident += resident_bytes_of_unit(bytes, world_size);
   }
   std::vector<planner::StageCost> stages = chain.stages();
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -535,7 +541,7 @@ int64_t ShardedStages::resident_bytes() const {
   int64_t bytes = 0;
   for (const State::Unit& unit : state_->units) {
     bytes +=
-        2 * unit.shard_size * static_cast<int64_t>(unit.flat.element_size());
+        resident_bytes_of_unit(state_->bytes(unit), state_->group.world_size());
   }
   return bytes;
 }
