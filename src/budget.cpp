@@ -174,10 +174,14 @@ int64_t Budget::resolve_bytes(const planner::Chain& chain) const {
   if (kind_ == Kind::kNone) {
     return store_all_peak;
   }
+  // A fraction of what plans can change: the resident bytes are in every
+  // plan's peak, so they are not scaled.
+  const int64_t resident = chain.resident_bytes();
   return std::max<int64_t>(
       1,
-      static_cast<int64_t>(
-          std::floor(fraction_ * static_cast<double>(store_all_peak))));
+      resident +
+          static_cast<int64_t>(std::floor(
+              fraction_ * static_cast<double>(store_all_peak - resident))));
 }
 
 std::string Budget::to_string() const {

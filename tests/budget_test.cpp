@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
@@ -98,6 +99,28 @@ TEST(Budget, ResolvesAgainstTheStoreAllPeak) {
   EXPECT_EQ(Budget::parse("50%").resolve_bytes(chain), store_all / 2);
   EXPECT_EQ(Budget::parse("2KiB").resolve_bytes(chain), 2048);
   EXPECT_EQ(Budget::fraction(1e-9).resolve_bytes(chain), 1);
+}
+
+// Resident bytes (sharded parameters) are in every plan's peak: a fraction
+// scales only what lies above them, and the same chain without them
+// resolves to the same fraction of its own peak.
+TEST(Budget, FractionsScaleOnlyWhatLiesAboveTheResidentBytes) {
+  const std::vector<remat::planner::StageCost> stages = {
+      {1, 1, 100, 150, 0, 0}, {1, 1, 100, 100, 0, 0}};
+  const remat::planner::Chain plain(stages, 100);
+  const remat::planner::Chain sharded(stages, 100, 4000);
+  auto store_all = [](const remat::planner::Chain& chain) {
+    return remat::planner::simulate(
+               chain, remat::planner::solve_store_all(chain))
+        .peak_bytes;
+  };
+  ASSERT_EQ(store_all(sharded), store_all(plain) + 4000);
+  EXPECT_EQ(
+      Budget::parse("50%").resolve_bytes(sharded), 4000 + store_all(plain) / 2);
+  EXPECT_EQ(Budget::fraction(1.0).resolve_bytes(sharded), store_all(sharded));
+  EXPECT_EQ(Budget::none().resolve_bytes(sharded), store_all(sharded));
+  EXPECT_EQ(Budget::fraction(1e-9).resolve_bytes(sharded), 4000);
+  EXPECT_EQ(Budget::parse("2KiB").resolve_bytes(sharded), 2048);
 }
 
 TEST(Budget, ToString) {

@@ -6,6 +6,9 @@
 // activation peak of a training step without checkpointing, the chain input
 // included. Every budget counts those same bytes (simulate()'s units); the
 // loss computed from the chain output is outside the chain and not counted.
+// A chain's resident bytes (Chain::resident_bytes: under sharded training,
+// the parameter shards and their gradients) are in every plan's peak, so a
+// fraction scales only the rest: resident + fraction * (peak - resident).
 #pragma once
 
 #include <cstdint>
@@ -69,8 +72,10 @@ struct Budget {
     return fraction_;
   }
 
-  /// The budget in bytes for `chain`: the bytes; the fraction of the
-  /// store-all peak rounded down (at least 1); the store-all peak for none.
+  /// The budget in bytes for `chain`: the bytes; for a fraction f,
+  /// resident + f * (store-all peak - resident) rounded down (at least 1),
+  /// resident = chain.resident_bytes() (0 unless sharded); the store-all
+  /// peak for none.
   int64_t resolve_bytes(const planner::Chain& chain) const;
   /// "none", "50% of the store-all peak" or "512 MiB (536870912 bytes)".
   std::string to_string() const;
