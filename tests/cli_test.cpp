@@ -41,6 +41,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using remat::Budget;
+using remat::cli::BudgetOrigin;
 using remat::planner::Strategy;
 
 // ---------------------------------------------------------------- fixtures
@@ -165,7 +166,10 @@ const std::string kTinyGpt =
 TEST(ChoosePlan, OptimalFitsTheBudgetOrReportsTheMinimum) {
   const remat::planner::Chain chain = sample_chain();
   const auto choice = remat::cli::choose_plan(
-      chain, Strategy::parse("optimal"), Budget::parse("60%"), true);
+      chain,
+      Strategy::parse("optimal"),
+      Budget::parse("60%"),
+      BudgetOrigin::kGiven);
   ASSERT_TRUE(choice.budget_bytes.has_value());
   EXPECT_TRUE(choice.simulation.valid) << choice.simulation.error;
   EXPECT_LE(choice.simulation.peak_bytes, *choice.budget_bytes);
@@ -179,7 +183,7 @@ TEST(ChoosePlan, OptimalFitsTheBudgetOrReportsTheMinimum) {
         chain,
         Strategy::parse("optimal"),
         Budget::parse(std::to_string(too_small)),
-        true);
+        BudgetOrigin::kGiven);
     ADD_FAILURE() << "no error below the minimum";
   } catch (const remat::cli::InfeasibleBudgetError& error) {
     EXPECT_EQ(error.min_feasible_bytes(), choice.min_feasible_bytes);
@@ -196,12 +200,47 @@ TEST(ChoosePlan, AGivenBudgetBindsFixedStrategiesADefaultOneDoesNot) {
   const auto none = Strategy::parse("none");
   const auto small = Budget::parse("50%");
   EXPECT_THROW(
-      remat::cli::choose_plan(chain, none, small, /*given=*/true),
+      remat::cli::choose_plan(chain, none, small, BudgetOrigin::kGiven),
       remat::cli::InfeasibleBudgetError);
+  for (const BudgetOrigin origin :
+       {BudgetOrigin::kDefault, BudgetOrigin::kSweep}) {
+    const auto choice = remat::cli::choose_plan(chain, none, small, origin);
+    EXPECT_FALSE(choice.budget_bytes.has_value());
+    EXPECT_EQ(choice.budget_text, "none");
+    EXPECT_EQ(choice.plan, remat::planner::solve_store_all(chain));
+  }
+}
+
+// A default budget below the minimum feasible one is raised to it (and says
+// so); a given budget or one of bench's is refused with the minimum.
+TEST(ChoosePlan, ADefaultBudgetBelowTheMinimumIsRaisedToIt) {
+  const remat::planner::Chain chain = sample_chain();
+  const auto optimal = Strategy::parse("optimal");
+  const int64_t minimum = remat::planner::min_feasible_budget_bytes(chain);
+  const auto tiny = Budget::fraction(1e-6);
+  ASSERT_LT(tiny.resolve_bytes(chain), minimum);
   const auto choice =
-      remat::cli::choose_plan(chain, none, small, /*given=*/false);
-  EXPECT_FALSE(choice.budget_bytes.has_value());
-  EXPECT_EQ(choice.plan, remat::planner::solve_store_all(chain));
+      remat::cli::choose_plan(chain, optimal, tiny, BudgetOrigin::kDefault);
+  ASSERT_TRUE(choice.budget_bytes.has_value());
+  EXPECT_EQ(*choice.budget_bytes, minimum);
+  EXPECT_LE(choice.simulation.peak_bytes, minimum);
+  EXPECT_NE(
+      choice.budget_text.find("the minimum feasible budget"), std::string::npos)
+      << choice.budget_text;
+  EXPECT_NE(choice.budget_text.find(tiny.to_string()), std::string::npos)
+      << choice.budget_text;
+  for (const BudgetOrigin origin :
+       {BudgetOrigin::kGiven, BudgetOrigin::kSweep}) {
+    EXPECT_THROW(
+        remat::cli::choose_plan(chain, optimal, tiny, origin),
+        remat::cli::InfeasibleBudgetError);
+  }
+  // Above the minimum the default is what it says.
+  const auto roomy = Budget::parse("90%");
+  const auto kept =
+      remat::cli::choose_plan(chain, optimal, roomy, BudgetOrigin::kDefault);
+  EXPECT_EQ(kept.budget_bytes, roomy.resolve_bytes(chain));
+  EXPECT_EQ(kept.budget_text, roomy.to_string());
 }
 
 TEST(PlanBrief, CountsRecomputedForwards) {

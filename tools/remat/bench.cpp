@@ -101,7 +101,8 @@ std::vector<BenchRow> plan_rows(
       row.strategy = strategy;
       row.budget_label = label;
       try {
-        row.choice = choose_plan(chain, strategy, budget, false, options.slots);
+        row.choice = choose_plan(
+            chain, strategy, budget, BudgetOrigin::kSweep, options.slots);
         row.budget_bytes = row.choice->budget_bytes;
       } catch (const InfeasibleBudgetError& error) {
         row.budget_bytes = budget.resolve_bytes(chain);

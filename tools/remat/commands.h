@@ -20,6 +20,7 @@
 #include <remat/precision.h>
 #include <CLI/CLI.hpp>
 
+#include "strategy.h"
 #include "workload.h"
 
 namespace remat::cli {
@@ -37,6 +38,10 @@ struct BudgetFlags {
   std::string budget = "50%";
   /// Whether --budget was given (a given budget binds fixed strategies).
   bool budget_given = false;
+  /// How the budget binds (tools/remat/strategy.h).
+  BudgetOrigin origin() const {
+    return budget_given ? BudgetOrigin::kGiven : BudgetOrigin::kDefault;
+  }
   std::string strategy = "optimal";
   int64_t slots = 500;
 };

@@ -22,7 +22,8 @@ void add_budget_flags(CLI::App& command, BudgetFlags& flags) {
           flags.budget,
           "Activation memory budget: bytes (512MiB, 1GiB, 300MB, 1000000), a "
           "percentage of the predicted no-checkpoint peak (50%) or none. "
-          "Binds sqrt, uniform:K and none only when given")
+          "Binds sqrt, uniform:K and none only when given; the default is "
+          "raised to the minimum feasible budget when below it")
       ->check(parsing_validator(
           [](const std::string& text) { Budget::parse(text); }, "BUDGET"))
       ->capture_default_str();

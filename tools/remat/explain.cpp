@@ -188,11 +188,7 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
     }
   }
   const PlanChoice choice = choose_plan(
-      *chain,
-      strategy,
-      budget,
-      options.budget.budget_given,
-      options.budget.slots);
+      *chain, strategy, budget, options.budget.origin(), options.budget.slots);
   const std::vector<TimelinePoint> points = memory_timeline(*chain, choice);
   std::string plot_error;
   std::string plot_path;
@@ -208,8 +204,7 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
     nlohmann::json report;
     report["source"] = source;
     report["strategy"] = strategy.to_string();
-    report["budget"] =
-        (choice.budget_bytes ? budget.to_string() : std::string("none"));
+    report["budget"] = choice.budget_text;
     report["budget_bytes"] = choice.budget_bytes
                                  ? nlohmann::json(*choice.budget_bytes)
                                  : nlohmann::json(nullptr);
@@ -259,7 +254,7 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
   } else {
     io.out << "chain     " << source << '\n';
     io.out << "strategy  " << strategy.to_string() << ", budget "
-           << (choice.budget_bytes ? budget.to_string() : std::string("none"));
+           << choice.budget_text;
     if (choice.budget_bytes) {
       io.out << " = " << planner::format_bytes(*choice.budget_bytes);
     }

@@ -44,11 +44,7 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
       planner::Strategy::parse(options.budget.strategy);
   const Budget budget = Budget::parse(options.budget.budget);
   const PlanChoice choice = choose_plan(
-      chain,
-      strategy,
-      budget,
-      options.budget.budget_given,
-      options.budget.slots);
+      chain, strategy, budget, options.budget.origin(), options.budget.slots);
   if (!options.plan_out.empty()) {
     write_text_file(
         "--plan-out", options.plan_out, planner::to_json(choice.plan));
@@ -66,8 +62,7 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
         {"stages", chain.size()},
         {"input_bytes", chain.input_bytes()}};
     report["strategy"] = strategy.to_string();
-    report["budget"] =
-        (choice.budget_bytes ? budget.to_string() : std::string("none"));
+    report["budget"] = choice.budget_text;
     report["budget_bytes"] = choice.budget_bytes
                                  ? nlohmann::json(*choice.budget_bytes)
                                  : nlohmann::json(nullptr);
@@ -96,7 +91,7 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
        << choice.store_all_time_ms << " ms; minimum feasible "
        << planner::format_bytes(choice.min_feasible_bytes) << '\n';
   text << "strategy  " << strategy.to_string() << ", budget "
-       << (choice.budget_bytes ? budget.to_string() : std::string("none"));
+       << choice.budget_text;
   if (choice.budget_bytes) {
     text << " = " << planner::format_bytes(*choice.budget_bytes) << " ("
          << *choice.budget_bytes << " bytes)";

@@ -26,7 +26,7 @@ PlanChoice choose_plan(
     const planner::Chain& chain,
     const planner::Strategy& strategy,
     const Budget& budget,
-    bool budget_is_constraint,
+    BudgetOrigin origin,
     int64_t memory_slots) {
   PlanChoice choice;
   choice.strategy = strategy;
@@ -35,8 +35,16 @@ PlanChoice choose_plan(
   choice.store_all_peak_bytes = store_all.peak_bytes;
   choice.store_all_time_ms = store_all.time_ms;
   choice.min_feasible_bytes = planner::min_feasible_budget_bytes(chain);
-  if (!budget.is_none() && (strategy.uses_budget() || budget_is_constraint)) {
+  if (!budget.is_none() &&
+      (strategy.uses_budget() || origin == BudgetOrigin::kGiven)) {
     choice.budget_bytes = budget.resolve_bytes(chain);
+    choice.budget_text = budget.to_string();
+    if (origin == BudgetOrigin::kDefault &&
+        *choice.budget_bytes < choice.min_feasible_bytes) {
+      choice.budget_bytes = choice.min_feasible_bytes;
+      choice.budget_text = "the minimum feasible budget (the default, " +
+                           budget.to_string() + ", is below it)";
+    }
   }
 
   planner::SolverOptions options;

@@ -9,6 +9,9 @@
 //  - sqrt, uniform:K and none ignore the budget when planning; a budget given
 //    explicitly is still a constraint: a plan predicted above it is an
 //    InfeasibleBudgetError too. A budget the user did not give is not.
+//  - A command's default budget (50%) below the chain's minimum feasible
+//    budget is raised to that minimum, and the report says so: the default
+//    must work on any model. A given budget is never changed.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +24,24 @@
 
 namespace remat::cli {
 
+/// Where a command's budget comes from, which decides how it binds (see the
+/// top of this header).
+enum class BudgetOrigin {
+  kGiven,    ///< the user gave it: binds every strategy, never changed
+  kDefault,  ///< the command's default: raised to the minimum when below it
+  kSweep,    ///< one of bench's budgets: binds optimal and chen only
+};
+
 /// A plan chosen for a chain, with its prediction and the numbers around it.
 struct PlanChoice {
   planner::Strategy strategy;
   /// The budget in bytes (simulate()'s units); std::nullopt when there is
   /// none, or when it does not apply (a fixed strategy, budget not given).
   std::optional<int64_t> budget_bytes;
+  /// The budget as reports name it: "none", Budget::to_string(), or, for a
+  /// default raised to the minimum, "the minimum feasible budget (the
+  /// default, 50% of the store-all peak, is below it)".
+  std::string budget_text = "none";
   planner::Plan plan;
   /// simulate(chain, plan): valid, peak_bytes, time_ms.
   planner::Simulation simulation;
@@ -40,22 +55,20 @@ struct PlanChoice {
   Policy selective_policy;
 };
 
-/// Solves `chain` with `strategy` under `budget`.
-/// `budget_is_constraint`: whether the budget binds fixed strategies (true
-/// when the user gave it). Throws InfeasibleBudgetError as described at the
-/// top of this header (budget and minimum in bytes), std::invalid_argument
-/// from the solvers.
+/// Solves `chain` with `strategy` under `budget`, bound as `origin` says.
+/// Throws InfeasibleBudgetError as described at the top of this header
+/// (budget and minimum in bytes), std::invalid_argument from the solvers.
 ///
 /// Example:
 // clang-format off
 ///   PlanChoice choice = choose_plan(chain, planner::Strategy::parse("optimal"),
-///                                   Budget::parse("50%"), true);
+///                                   Budget::parse("50%"), BudgetOrigin::kGiven);
 // clang-format on
 PlanChoice choose_plan(
     const planner::Chain& chain,
     const planner::Strategy& strategy,
     const Budget& budget,
-    bool budget_is_constraint,
+    BudgetOrigin origin,
     int64_t memory_slots = planner::SolverOptions{}.memory_slots);
 
 /// The plan in brief: "N stages, F forwards (R record, C checkpoint, N

@@ -424,7 +424,7 @@ TrainRun measure_training(
       chain,
       run.strategy,
       run.budget,
-      options.budget.budget_given,
+      options.budget.origin(),
       options.budget.slots);
   run.choice.selective_policy = selective_policy(options.selective);
   if (parallel.group) {
@@ -442,7 +442,7 @@ TrainRun measure_training(
   if (human) {
     io.out << "budget    "
            << (choice.budget_bytes
-                   ? run.budget.to_string() + " = " +
+                   ? choice.budget_text + " = " +
                          planner::format_bytes(*choice.budget_bytes)
                    : std::string("none"))
            << " (predicted no-checkpoint peak "
@@ -474,7 +474,10 @@ TrainRun measure_training(
   std::optional<Trainer> baseline;
   if (with_baseline) {
     const PlanChoice none = choose_plan(
-        chain, planner::Strategy::parse("none"), Budget::none(), false);
+        chain,
+        planner::Strategy::parse("none"),
+        Budget::none(),
+        BudgetOrigin::kDefault);
     baseline.emplace(
         clone_sequential(model),
         none,
@@ -624,8 +627,7 @@ void render_json(
   report["compress"] = run.compress;
   report["precision"] = precision_name(run.precision);
   report["strategy"] = run.strategy.to_string();
-  report["budget"] =
-      choice.budget_bytes ? run.budget.to_string() : std::string("none");
+  report["budget"] = choice.budget_text;
   report["budget_bytes"] = choice.budget_bytes
                                ? nlohmann::json(*choice.budget_bytes)
                                : nlohmann::json(nullptr);
