@@ -1020,6 +1020,20 @@ TEST(RematBinary, ALocalWorkerThatFailsMakesTheLaunchFail) {
       << describe(result);
 }
 
+// Workers' exit codes carry through the launch: an infeasible budget is
+// exit 2 with --nproc as without.
+TEST(RematBinary, ALaunchExitsWithTheCodeOfItsFailingWorker) {
+  const ProcessResult result =
+      run_remat("train " + kParallelMlpModel + " --budget 1 --nproc 2");
+  EXPECT_EQ(result.exit_code, 2) << describe(result);
+  EXPECT_NE(
+      result.err.find("the minimum feasible budget is"), std::string::npos)
+      << describe(result);
+  EXPECT_NE(
+      result.err.find("remat train: error: worker rank "), std::string::npos)
+      << describe(result);
+}
+
 /// A remat process started in the background, its streams in files.
 struct Background {
   pid_t pid = -1;

@@ -9,7 +9,9 @@
 //      message states the minimum feasible budget), or a strategy that would
 //      not train the model (UnsupportedStrategyError)
 // Any other exception escaping a command is reported with exit code 1 too
-// (a LibTorch c10::Error from a bad model size, for example).
+// (a LibTorch c10::Error from a bad model size, for example). A command that
+// launched local workers exits with the first failing worker's code when it
+// is one of these (WorkerFailedError), else with 1.
 #pragma once
 
 #include <stdexcept>
@@ -52,6 +54,22 @@ class InfeasibleBudgetError : public std::runtime_error {
 class UnsupportedStrategyError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+/// A local worker (remat train --nproc) failed; it printed its own error.
+/// The message names the worker and how it ended.
+class WorkerFailedError : public std::runtime_error {
+ public:
+  WorkerFailedError(const std::string& message, int worker_exit_code)
+      : std::runtime_error(message), worker_exit_code_(worker_exit_code) {}
+  /// The tool's exit code for it: the worker's, if it is kExitUsage or
+  /// kExitInfeasible; kExitUsage otherwise (a signal, a crash).
+  int exit_code() const {
+    return worker_exit_code_ == kExitInfeasible ? kExitInfeasible : kExitUsage;
+  }
+
+ private:
+  int worker_exit_code_;
 };
 
 }  // namespace remat::cli

@@ -730,8 +730,9 @@ void run_train(const TrainOptions& options, const CommandIo& io) {
             .nproc(options.nproc)
             .arguments(worker_arguments(options.arguments)));
     if (result.exit_code != 0) {
-      throw std::runtime_error(
-          "worker " + result.message + " (the others were stopped)");
+      throw WorkerFailedError(
+          "worker " + result.message + " (the others were stopped)",
+          result.exit_code);
     }
     return;
   }
