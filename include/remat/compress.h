@@ -9,7 +9,11 @@
 // from the plain run's (docs/checkpoint.md shows the measured effect on a
 // training loss). Parameters and views of parameters are never compressed
 // (they are alive anyway), nor are tensors already 16 bits wide or less, nor
-// non-floating-point ones.
+// non-floating-point ones. Rounding never makes a finite value infinite nor
+// loses an inf or a NaN: those are restored exactly, and a tensor the type
+// cannot hold that way (fp16 beyond +-65504; int8 with more than 1 element
+// in 64 non-finite, or with a largest magnitude near the smallest normal
+// value) is stored as it is (docs/checkpoint.md, "Compressed activations").
 #pragma once
 
 #include <cstdint>
