@@ -101,30 +101,19 @@ int open_spill_file(const std::string& directory) {
   return named;
 }
 
-class FileStore final : public OffloadStore {
+/// The spill file, its job queue and its counts: the state the worker thread
+/// shares with the store (NOTE: [Who ends the worker]).
+class SpillFile {
  public:
-  explicit FileStore(const SaveToFileOptions& options)
-      : fd_(open_spill_file(
-            options.directory().empty() ? default_directory()
-                                        : options.directory())),
-        max_pending_bytes_(options.max_pending_bytes()),
-        worker_([this] { work(); }) {}
-
-  ~FileStore() override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    changed_.notify_all();
-    worker_.join();
+  SpillFile(int fd, int64_t max_pending_bytes)
+      : fd_(fd), max_pending_bytes_(max_pending_bytes) {}
+  SpillFile(const SpillFile&) = delete;
+  SpillFile& operator=(const SpillFile&) = delete;
+  ~SpillFile() {
     ::close(fd_);
   }
 
-  bool moves(const at::Tensor& tensor) const override {
-    return tensor.device().is_cpu() && tensor.layout() == at::kStrided;
-  }
-
-  std::shared_ptr<OffloadSlot> put(const at::Tensor& tensor) override {
+  std::shared_ptr<OffloadSlot> put(const at::Tensor& tensor) {
     auto slot = std::make_shared<FileSlot>();
     // A dense tensor's elements fill [data_ptr, data_ptr + nbytes) whatever
     // its strides, so its bytes go as they are and come back with its strides.
@@ -150,8 +139,7 @@ class FileStore final : public OffloadStore {
     return slot;
   }
 
-  void fetch(OffloadSlot& base) override {
-    auto& slot = static_cast<FileSlot&>(base);
+  void fetch(FileSlot& slot) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (slot.write_failed) {
       return;  // still in memory
@@ -161,8 +149,7 @@ class FileStore final : public OffloadStore {
     changed_.notify_all();
   }
 
-  at::Tensor take(OffloadSlot& base) override {
-    auto& slot = static_cast<FileSlot&>(base);
+  at::Tensor take(FileSlot& slot) {
     std::unique_lock<std::mutex> lock(mutex_);
     changed_.wait(lock, [&] {
       return slot.fetched.defined() || slot.write_failed ||
@@ -185,33 +172,43 @@ class FileStore final : public OffloadStore {
     return std::exchange(slot.fetched, at::Tensor());
   }
 
-  void release(OffloadSlot& base) override {
-    auto& slot = static_cast<FileSlot&>(base);
-    std::lock_guard<std::mutex> lock(mutex_);
-    slot.released = true;
-    slot.fetched = at::Tensor();
-    if (slot.written || slot.write_failed) {
-      slot.source = at::Tensor();
-    }  // else the queued write drops it without writing
-    if (--live_slots_ == 0) {
-      end_ = 0;  // NOTE: [Spill file]
-      jobs_.push_back({Job::kTruncate, nullptr});
-      changed_.notify_all();
+  void release(FileSlot& slot) {
+    // Dropped after the lock: a saved tensor can hold a graph whose saved
+    // variables release other slots of this file.
+    at::Tensor fetched;
+    at::Tensor source;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      slot.released = true;
+      fetched = std::exchange(slot.fetched, at::Tensor());
+      if (slot.written || slot.write_failed) {
+        source = std::exchange(slot.source, at::Tensor());
+      }  // else the queued write drops it without writing
+      if (--live_slots_ == 0) {
+        end_ = 0;  // NOTE: [Spill file]
+        jobs_.push_back({Job::kTruncate, nullptr});
+        changed_.notify_all();
+      }
     }
   }
 
-  void add_stats(OffloadStats& stats) const override {
+  void add_stats(OffloadStats& stats) const {
     std::lock_guard<std::mutex> lock(mutex_);
     stats.write_failures = write_failures_;
     stats.peak_file_bytes = peak_file_bytes_;
   }
 
- private:
-  struct Job {
-    enum Kind { kWrite, kRead, kTruncate } kind;
-    std::shared_ptr<FileSlot> slot;
-  };
+  /// Asks work() to return once the queue is empty.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+  }
 
+  /// The worker thread: runs the jobs in order until stop() and an empty
+  /// queue.
   void work() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
@@ -235,8 +232,19 @@ class FileStore final : public OffloadStore {
           break;
       }
       changed_.notify_all();
+      // The job may hold the last reference to its slot, whose tensors may
+      // hold a graph: dropped outside the lock.
+      lock.unlock();
+      job = Job{};
+      lock.lock();
     }
   }
+
+ private:
+  struct Job {
+    enum Kind { kWrite, kRead, kTruncate } kind = kTruncate;
+    std::shared_ptr<FileSlot> slot;
+  };
 
   void write(FileSlot& slot, std::unique_lock<std::mutex>& lock) {
     at::Tensor source = slot.source;  // kept alive while unlocked
@@ -296,7 +304,58 @@ class FileStore final : public OffloadStore {
   int64_t live_slots_ = 0;
   int64_t peak_file_bytes_ = 0;
   int64_t write_failures_ = 0;
-  std::thread worker_;  // last: starts once the rest is ready
+};
+
+// NOTE: [Who ends the worker]
+// The last reference to the store can go on any thread: the guard's, the
+// thread of a backward, or the worker itself, when a saved tensor it drops
+// after writing it was the last owner of the graph that held the store (a
+// forward left by an exception, a loss never backpropagated). A thread
+// cannot join itself, so the worker owns the spill file too: the store's
+// destructor asks it to stop and joins it, except on the worker itself,
+// which it detaches; the worker then finishes its queue and its reference
+// to the file is the last.
+class FileStore final : public OffloadStore {
+ public:
+  explicit FileStore(const SaveToFileOptions& options)
+      : file_(std::make_shared<SpillFile>(
+            open_spill_file(
+                options.directory().empty() ? default_directory()
+                                            : options.directory()),
+            options.max_pending_bytes())),
+        worker_([file = file_] { file->work(); }) {}
+
+  ~FileStore() override {
+    file_->stop();
+    if (worker_.get_id() == std::this_thread::get_id()) {
+      worker_.detach();
+    } else {
+      worker_.join();
+    }
+  }
+
+  bool moves(const at::Tensor& tensor) const override {
+    return tensor.device().is_cpu() && tensor.layout() == at::kStrided;
+  }
+  std::shared_ptr<OffloadSlot> put(const at::Tensor& tensor) override {
+    return file_->put(tensor);
+  }
+  void fetch(OffloadSlot& slot) override {
+    file_->fetch(static_cast<FileSlot&>(slot));
+  }
+  at::Tensor take(OffloadSlot& slot) override {
+    return file_->take(static_cast<FileSlot&>(slot));
+  }
+  void release(OffloadSlot& slot) override {
+    file_->release(static_cast<FileSlot&>(slot));
+  }
+  void add_stats(OffloadStats& stats) const override {
+    file_->add_stats(stats);
+  }
+
+ private:
+  std::shared_ptr<SpillFile> file_;
+  std::thread worker_;  // last: starts once the file is ready
 };
 
 }  // namespace
