@@ -167,22 +167,15 @@ class PlanExecution {
 
   torch::Tensor call_stage(int64_t i, const torch::Tensor& input, OpKind kind) {
     const Stage& stage = (*stages_)[i];
-    torch::Tensor output;
     if (kind == OpKind::kForwardRecord) {
-      output = record_stage(stage, input, Policy{});
-    } else if (kind == OpKind::kForwardSelective) {
-      output = record_stage(stage, input, selective_policy_);
-    } else {
-      c10::NoGradGuard no_grad;
-      UncachedAutocast uncached;  // a cast cached here has no history
-      output = stage.forward(input);
+      return record_stage(stage, i, input, Policy{});
     }
-    TORCH_CHECK(
-        output.defined(),
-        "remat: stage ",
-        i,
-        " of the chain returned an undefined tensor");
-    return output;
+    if (kind == OpKind::kForwardSelective) {
+      return record_stage(stage, i, input, selective_policy_);
+    }
+    c10::NoGradGuard no_grad;
+    UncachedAutocast uncached;  // a cast cached here has no history
+    return stage_output(stage.forward(input), i);
   }
 
   /// Drops x_i, x_{i+1} and R_i if the model no longer holds them.
@@ -303,17 +296,46 @@ planner::Chain unit_chain(int64_t stages) {
 }
 
 torch::Tensor record_stage(
-    const Stage& stage, const torch::Tensor& leaf, const Policy& policy) {
+    const Stage& stage,
+    int64_t index,
+    const torch::Tensor& leaf,
+    const Policy& policy) {
   c10::AutoGradMode grad_mode(true);
   if (!policy) {
-    return stage.forward(leaf);
+    return stage_output(stage.forward(leaf), index);
   }
   CheckpointOptions options;
   options.policy(policy);
   if (stage.module) {
     options.preserve_buffers_of({stage.module});
   }
-  return checkpoint(stage.forward, leaf, options);
+  // The region checks that the output is defined; undefined, it never
+  // returns.
+  return stage_output(checkpoint(stage.forward, leaf, options), index);
+}
+
+// NOTE: [A stage output that is a view]
+// A stage may return a view of a larger tensor (x.narrow(1, 0, 64) of a
+// [32, 1024] activation, an attention head's slice): the view keeps its
+// whole storage alive, while the memory model counts the view's own bytes
+// as the stage's output. The executor holds such an output as a compact copy
+// (clone: its backward passes the gradient through unchanged, so gradients
+// stay bitwise equal), and profile_chain measures the stage the same way, so
+// the held bytes are the counted ones and the storage is freed with what the
+// plan drops. An output whose storage is no larger than itself (the input
+// returned as is, a reshape, an expand) is taken as it is.
+torch::Tensor stage_output(torch::Tensor output, int64_t index) {
+  TORCH_CHECK(
+      output.defined(),
+      "remat: stage ",
+      index,
+      " of the chain returned an undefined tensor; every stage must return "
+      "a defined tensor");
+  if (output.has_storage() &&
+      output.storage().nbytes() > static_cast<size_t>(output.nbytes())) {
+    return output.clone(at::MemoryFormat::Contiguous);
+  }
+  return output;
 }
 
 torch::Tensor run_plan(

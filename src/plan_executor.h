@@ -35,7 +35,16 @@ void run_stage_backward(torch::Tensor output, torch::Tensor grad_output);
 /// under `policy` that preserves the stage module's buffers, so only what
 /// the policy keeps is recorded and the backward recomputes the rest.
 torch::Tensor record_stage(
-    const Stage& stage, const torch::Tensor& leaf, const Policy& policy);
+    const Stage& stage,
+    int64_t index,
+    const torch::Tensor& leaf,
+    const Policy& policy);
+
+/// What the executor and profile_chain take as the output of stage `index`:
+/// `output` itself, or a compact copy of it if it is a view that keeps a
+/// larger storage alive (NOTE: [A stage output that is a view]). Throws
+/// c10::Error, naming the stage, if `output` is undefined.
+torch::Tensor stage_output(torch::Tensor output, int64_t index);
 
 /// Runs the forward phase of `plan` (every op before the first backward) over
 /// `stages` on `input` and returns the chain output. Its grad_fn runs the rest

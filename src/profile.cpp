@@ -66,6 +66,7 @@ int64_t buffer_bytes(const std::shared_ptr<torch::nn::Module>& module) {
 /// One stage on its input, as measured in one round.
 struct RecordRun {
   const Stage& stage;
+  int64_t index;
   const torch::Tensor& input;
   bool leaf_requires_grad;
   int64_t input_value_bytes;  // |x_i|, the model's |g_i|
@@ -90,7 +91,7 @@ struct RecordCost {
     torch::Tensor leaf = run.input.detach();
     leaf.requires_grad_(run.leaf_requires_grad);
     meter.reset();
-    torch::Tensor output = detail::record_stage(run.stage, leaf, policy);
+    torch::Tensor output = detail::record_stage(run.stage, run.index, leaf, policy);
     const int64_t saved = meter.current_bytes() - meter.baseline_bytes();
     saved_bytes = std::max(saved_bytes, saved);
     forward_tmp_bytes =
@@ -153,6 +154,7 @@ planner::Chain profile_chain(
   int64_t input_value_bytes = input_bytes;  // |x_i|, the model's |g_i|
   for (size_t i = 0; i < model.size(); ++i) {
     const auto& stage = model[i];
+    const auto index = static_cast<int64_t>(i);
     const bool leaf_requires_grad =
         input.is_floating_point() && (i > 0 || sample.requires_grad());
     planner::StageCost cost;
@@ -168,7 +170,7 @@ planner::Chain profile_chain(
         torch::Tensor output;
         {
           c10::NoGradGuard no_grad;
-          output = stage.forward(input);
+          output = detail::stage_output(stage.forward(input), index);
         }
         detail::synchronize(device);
         if (timed) {
@@ -180,7 +182,7 @@ planner::Chain profile_chain(
             meter.peak_delta_bytes() - cost.output_bytes);
       }
       const RecordRun run{
-          stage, input, leaf_requires_grad, input_value_bytes, timed};
+          stage, index, input, leaf_requires_grad, input_value_bytes, timed};
       full.measure(run, Policy{}, meter, device);  // 2. and 3.
       if (options.selective_policy()) {
         selective.measure(run, options.selective_policy(), meter, device);
@@ -211,7 +213,7 @@ planner::Chain profile_chain(
     stages.push_back(cost);
     {
       c10::NoGradGuard no_grad;
-      input = stage.forward(input);  // x_{i+1} for the next stage
+      input = detail::stage_output(stage.forward(input), index);  // x_{i+1}
     }
     input_value_bytes = cost.output_bytes;
   }
