@@ -402,15 +402,21 @@ struct LaunchResult {
   int exit_code = 0;
   /// The first worker that failed; -1 if none.
   int64_t failed_rank = -1;
-  /// "rank 1 exited with status 1" or "rank 0 was killed by signal 9"; empty
+  /// "rank 1 exited with status 1", "rank 0 was killed by signal 9" or "the
+  /// launcher received signal 2 (Interrupt); every worker was stopped"; empty
   /// when all succeeded.
   std::string message;
 };
 
 /// Starts `nproc` copies of the executable with RANK, WORLD_SIZE,
-/// MASTER_ADDR=127.0.0.1 and MASTER_PORT set (the rest of the environment is
-/// inherited) and waits for them. As soon as one fails, the others are sent
-/// SIGTERM (SIGKILL 5 s later) and the failure is returned.
+/// MASTER_ADDR=127.0.0.1, MASTER_PORT and REMAT_LAUNCHER_PID (this process)
+/// set (the rest of the environment is inherited) and waits for them. As soon
+/// as one fails, the others are sent SIGTERM (SIGKILL 5 s later) and the
+/// failure is returned. No worker outlives the launcher: while it waits,
+/// SIGINT, SIGTERM and SIGHUP sent to this process stop every worker the same
+/// way and the launch returns 128 + the signal's number (the previous
+/// handlers are restored before it returns); if this process dies otherwise
+/// (SIGKILL, a crash), the kernel sends each worker SIGTERM.
 ///
 /// Example:
 ///   auto result = launch_local(LocalLaunchOptions().nproc(2).arguments(

@@ -105,6 +105,9 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
   } catch (const WorkerFailedError& error) {
     io.err << name << ": error: " << error.what() << '\n';
     return error.exit_code();
+  } catch (const LauncherStoppedError& error) {
+    io.err << name << ": error: " << error.what() << '\n';
+    return error.exit_code();
   } catch (const UsageError& error) {
     io.err << name << ": error: " << error.what() << '\n';
     return kExitUsage;

@@ -14,6 +14,7 @@
 // is one of these (WorkerFailedError), else with 1.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -34,18 +35,20 @@ class UsageError : public std::runtime_error {
 };
 
 /// No plan of the requested strategy fits the budget. The message states the
-/// budget and the minimum feasible budget.
+/// budget and the minimum feasible budget (where it is computed).
 class InfeasibleBudgetError : public std::runtime_error {
  public:
-  InfeasibleBudgetError(const std::string& message, int64_t min_feasible_bytes)
+  InfeasibleBudgetError(
+      const std::string& message, std::optional<int64_t> min_feasible_bytes)
       : std::runtime_error(message), min_feasible_bytes_(min_feasible_bytes) {}
-  /// The smallest budget (bytes) at which some plan fits.
-  int64_t min_feasible_bytes() const {
+  /// The smallest budget (bytes) at which some plan fits; std::nullopt for a
+  /// chain longer than the exact solvers take.
+  std::optional<int64_t> min_feasible_bytes() const {
     return min_feasible_bytes_;
   }
 
  private:
-  int64_t min_feasible_bytes_;
+  std::optional<int64_t> min_feasible_bytes_;
 };
 
 /// The strategy and mode asked for would not train the model correctly (for
@@ -70,6 +73,21 @@ class WorkerFailedError : public std::runtime_error {
 
  private:
   int worker_exit_code_;
+};
+
+/// The launcher of local workers was sent SIGINT, SIGTERM or SIGHUP and
+/// stopped its workers: the tool exits with 128 + the signal's number, as a
+/// process ended by it would.
+class LauncherStoppedError : public std::runtime_error {
+ public:
+  LauncherStoppedError(const std::string& message, int exit_code)
+      : std::runtime_error(message), exit_code_(exit_code) {}
+  int exit_code() const {
+    return exit_code_;
+  }
+
+ private:
+  int exit_code_;
 };
 
 }  // namespace remat::cli
