@@ -554,14 +554,29 @@ class SlotDp {
   std::optional<SegmentCostTable> table_;
 };
 
+/// Refuses a chain longer than the exact solvers take (kMaxExactStages).
+void check_exact_size(const char* function, const Chain& chain) {
+  if (chain.size() > kMaxExactStages) {
+    throw std::invalid_argument(
+        std::string("remat::planner::") + function + ": a chain of " +
+        std::to_string(chain.size()) +
+        " stages is longer than the exact solvers take (at most " +
+        std::to_string(kMaxExactStages) +
+        " stages: their work grows as the cube of the length); group stages "
+        "into larger ones, or use a segment strategy (sqrt, uniform:K, chen)");
+  }
+}
+
 }  // namespace
 
 int64_t min_feasible_budget_bytes(const Chain& chain) {
+  check_exact_size("min_feasible_budget_bytes", chain);
   const UnitChain bytes(chain, 1);
   return chain.base_bytes() + segment_bounds(bytes).at(0, chain.size() - 1).lo;
 }
 
 Plan solve_min_memory(const Chain& chain) {
+  check_exact_size("solve_min_memory", chain);
   const UnitChain bytes(chain, 1);
   const SegmentArray<SegmentCell> cells = segment_bounds(bytes);
   return min_memory_plan(Recurrence(bytes, cells));
@@ -589,6 +604,18 @@ std::optional<Plan> solve_optimal(
   Plan store_all = solve_store_all(chain);
   if (budget_bytes >= simulate(chain, store_all).peak_bytes) {
     return store_all;
+  }
+  check_exact_size("solve_optimal", chain);
+  const int64_t segments = chain.size() * (chain.size() + 1) / 2;
+  if (segments > kMaxOptimalTableCells / (options.memory_slots + 1)) {
+    throw std::invalid_argument(
+        "remat::planner::solve_optimal: a chain of " +
+        std::to_string(chain.size()) + " stages at " +
+        std::to_string(options.memory_slots) +
+        " memory slots needs a table of " + std::to_string(segments) + " x " +
+        std::to_string(options.memory_slots + 1) +
+        " cells, more than the limit of " +
+        std::to_string(kMaxOptimalTableCells) + "; use fewer memory slots");
   }
   // The exact (byte) feasibility test is an O(L^3) pass of its own; the
   // slot pass below answers "feasible" in almost every call, so it runs

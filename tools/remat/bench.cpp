@@ -106,8 +106,10 @@ std::vector<BenchRow> plan_rows(
         row.budget_bytes = row.choice->budget_bytes;
       } catch (const InfeasibleBudgetError& error) {
         row.budget_bytes = budget.resolve_bytes(chain);
-        row.status = "infeasible (minimum " +
-                     planner::format_bytes(error.min_feasible_bytes()) + ")";
+        row.status = error.min_feasible_bytes()
+            ? "infeasible (minimum " +
+                planner::format_bytes(*error.min_feasible_bytes()) + ")"
+            : std::string("infeasible");
       }
       rows.push_back(std::move(row));
     }

@@ -208,7 +208,9 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
     report["budget_bytes"] = choice.budget_bytes
                                  ? nlohmann::json(*choice.budget_bytes)
                                  : nlohmann::json(nullptr);
-    report["min_feasible_bytes"] = choice.min_feasible_bytes;
+    report["min_feasible_bytes"] = choice.min_feasible_bytes
+        ? nlohmann::json(*choice.min_feasible_bytes)
+        : nlohmann::json(nullptr);
     report["resident_bytes"] = chain->resident_bytes();
     report["plan"] = choice.plan.to_string();
     report["predicted"] = {

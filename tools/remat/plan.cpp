@@ -66,7 +66,9 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
     report["budget_bytes"] = choice.budget_bytes
                                  ? nlohmann::json(*choice.budget_bytes)
                                  : nlohmann::json(nullptr);
-    report["min_feasible_bytes"] = choice.min_feasible_bytes;
+    report["min_feasible_bytes"] = choice.min_feasible_bytes
+        ? nlohmann::json(*choice.min_feasible_bytes)
+        : nlohmann::json(nullptr);
     report["store_all"] = {
         {"peak_bytes", choice.store_all_peak_bytes},
         {"time_ms", choice.store_all_time_ms}};
@@ -89,7 +91,11 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
   text << "store-all peak "
        << planner::format_bytes(choice.store_all_peak_bytes) << ", time "
        << choice.store_all_time_ms << " ms; minimum feasible "
-       << planner::format_bytes(choice.min_feasible_bytes) << '\n';
+       << (choice.min_feasible_bytes
+               ? planner::format_bytes(*choice.min_feasible_bytes)
+               : "not computed (more than " +
+                   std::to_string(planner::kMaxExactStages) + " stages)")
+       << '\n';
   text << "strategy  " << strategy.to_string() << ", budget "
        << choice.budget_text;
   if (choice.budget_bytes) {

@@ -11,13 +11,17 @@ namespace {
 
 std::string infeasible_message(
     const PlanChoice& choice, const std::string& what) {
+  const std::string minimum = choice.min_feasible_bytes
+      ? "the minimum feasible budget is " +
+          planner::format_bytes(*choice.min_feasible_bytes) + " (" +
+          std::to_string(*choice.min_feasible_bytes) +
+          " bytes; --strategy optimal reaches it)"
+      : "the minimum feasible budget is not computed for chains of more "
+        "than " +
+          std::to_string(planner::kMaxExactStages) + " stages";
   return "budget " + planner::format_bytes(*choice.budget_bytes) + " (" +
-         std::to_string(*choice.budget_bytes) +
-         " bytes) is infeasible: " + what +
-         "; the minimum feasible budget is " +
-         planner::format_bytes(choice.min_feasible_bytes) + " (" +
-         std::to_string(choice.min_feasible_bytes) +
-         " bytes; --strategy optimal reaches it)";
+         std::to_string(*choice.budget_bytes) + " bytes) is infeasible: " +
+         what + "; " + minimum;
 }
 
 }  // namespace
@@ -34,14 +38,16 @@ PlanChoice choose_plan(
       planner::simulate(chain, planner::solve_store_all(chain));
   choice.store_all_peak_bytes = store_all.peak_bytes;
   choice.store_all_time_ms = store_all.time_ms;
-  choice.min_feasible_bytes = planner::min_feasible_budget_bytes(chain);
+  if (chain.size() <= planner::kMaxExactStages) {
+    choice.min_feasible_bytes = planner::min_feasible_budget_bytes(chain);
+  }
   if (!budget.is_none() &&
       (strategy.uses_budget() || origin == BudgetOrigin::kGiven)) {
     choice.budget_bytes = budget.resolve_bytes(chain);
     choice.budget_text = budget.to_string();
-    if (origin == BudgetOrigin::kDefault &&
-        *choice.budget_bytes < choice.min_feasible_bytes) {
-      choice.budget_bytes = choice.min_feasible_bytes;
+    if (origin == BudgetOrigin::kDefault && choice.min_feasible_bytes &&
+        *choice.budget_bytes < *choice.min_feasible_bytes) {
+      choice.budget_bytes = *choice.min_feasible_bytes;
       choice.budget_text = "the minimum feasible budget (the default, " +
                            budget.to_string() + ", is below it)";
     }

@@ -48,8 +48,9 @@ struct PlanChoice {
   /// Predicted peak and time of storing everything (no checkpointing).
   int64_t store_all_peak_bytes = 0;
   double store_all_time_ms = 0;
-  /// The smallest budget at which any plan fits.
-  int64_t min_feasible_bytes = 0;
+  /// The smallest budget at which any plan fits; std::nullopt for a chain
+  /// longer than planner::kMaxExactStages (not computed: too slow).
+  std::optional<int64_t> min_feasible_bytes;
   /// The policy the plan's kForwardSelective ops run under: the one the
   /// chain was profiled with (empty: the chain has no selective costs).
   Policy selective_policy;

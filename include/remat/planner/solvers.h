@@ -29,6 +29,20 @@ struct SolverOptions {
   int64_t threads = 0;
 };
 
+/// The longest chain the exact solvers (solve_optimal,
+/// min_feasible_budget_bytes, solve_min_memory) take: their work grows as
+/// L^3 and their tables as L^2 (times the memory slots for solve_optimal), so
+/// a longer chain is refused with std::invalid_argument naming its length
+/// and this limit, rather than running for minutes or exhausting memory.
+/// The segment solvers (store-all, uniform, sqrt, chen) take any length.
+inline constexpr int64_t kMaxExactStages = 1000;
+
+/// The largest time table solve_optimal fills, in cells: L (L + 1) / 2
+/// segments times memory_slots + 1 slots (4 bytes each: 1000 stages at the
+/// default 500 slots are 2.5e8 cells, about 1 GB). A larger one is refused
+/// with std::invalid_argument naming its size: use fewer memory slots.
+inline constexpr int64_t kMaxOptimalTableCells = 300'000'000;
+
 /// Records every stage, then runs every backward: fastest, most memory.
 ///
 /// Example:
@@ -72,7 +86,9 @@ std::optional<Plan> solve_chen_greedy(const Chain& chain, int64_t budget_bytes);
 /// budget is feasible, returns solve_min_memory(chain). The plan does not
 /// depend on options.threads.
 /// Throws std::invalid_argument if budget_bytes <= 0,
-/// options.memory_slots < 1 or options.threads < 0.
+/// options.memory_slots < 1 or options.threads < 0, or, when the budget is
+/// below the store-all peak, if the chain has more than kMaxExactStages
+/// stages or its table more than kMaxOptimalTableCells cells.
 ///
 /// Example:
 // clang-format off
@@ -86,11 +102,14 @@ std::optional<Plan> solve_optimal(
 
 /// The smallest budget (bytes, x_0 included) at which some valid plan fits:
 /// the exact minimum of simulate().peak_bytes over all plans of the rotor
-/// form. Never throws.
+/// form. Throws std::invalid_argument if the chain has more than
+/// kMaxExactStages stages.
 int64_t min_feasible_budget_bytes(const Chain& chain);
 
 /// A plan whose simulated peak is min_feasible_budget_bytes(chain) (fastest
 /// is not a goal). Used by solve_optimal when slot rounding is too coarse.
+/// Throws std::invalid_argument if the chain has more than kMaxExactStages
+/// stages.
 Plan solve_min_memory(const Chain& chain);
 
 }  // namespace remat::planner
