@@ -19,7 +19,7 @@
 namespace remat {
 namespace {
 
-constexpr double kMaxBytes = 1152921504606846976.0;  // 2^60 = 1 EiB
+constexpr int64_t kMaxBytes = int64_t{1} << 60;  // 1 EiB
 
 std::string lowercase(std::string text) {
   for (char& c : text) {
@@ -38,18 +38,18 @@ std::string trim(const std::string& text) {
 }
 
 /// Bytes per unit (lowercase), or 0 for an unknown unit.
-double unit_multiplier(const std::string& unit) {
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1.0},
-      {"b", 1.0},
-      {"kb", 1e3},
-      {"mb", 1e6},
-      {"gb", 1e9},
-      {"tb", 1e12},
-      {"kib", 1024.0},
-      {"mib", 1024.0 * 1024},
-      {"gib", 1024.0 * 1024 * 1024},
-      {"tib", 1024.0 * 1024 * 1024 * 1024},
+int64_t unit_multiplier(const std::string& unit) {
+  static const std::pair<const char*, int64_t> kUnits[] = {
+      {"", 1},
+      {"b", 1},
+      {"kb", 1000},
+      {"mb", 1000 * 1000},
+      {"gb", int64_t{1000} * 1000 * 1000},
+      {"tb", int64_t{1000} * 1000 * 1000 * 1000},
+      {"kib", int64_t{1} << 10},
+      {"mib", int64_t{1} << 20},
+      {"gib", int64_t{1} << 30},
+      {"tib", int64_t{1} << 40},
   };
   for (const auto& [name, multiplier] : kUnits) {
     if (unit == name) {
@@ -129,11 +129,12 @@ Budget Budget::parse(const std::string& text) {
   if (!seen_digit) {
     reject(text, "no number");
   }
-  const double value = std::strtod(trimmed.substr(0, end).c_str(), nullptr);
+  const std::string number = trimmed.substr(0, end);
   const std::string unit_text = trim(trimmed.substr(end));
   const std::string unit = lowercase(unit_text);
 
   if (unit == "%") {
+    const double value = std::strtod(number.c_str(), nullptr);
     if (!(value > 0)) {
       reject(text, "a percentage must be above 0%");
     }
@@ -145,22 +146,47 @@ Budget Budget::parse(const std::string& text) {
     }
     return Budget::fraction(value / 100.0);
   }
-  const double multiplier = unit_multiplier(unit);
+  const int64_t multiplier = unit_multiplier(unit);
   if (multiplier == 0) {
     reject(
         text,
         "unknown unit '" + unit_text +
             "'; units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, %");
   }
-  const double bytes = value * multiplier;
-  if (!(bytes >= 1)) {
+  // Bytes in integers, exactly: whole digits times the unit, plus the
+  // decimal digits times the unit over 10^decimals, which must divide.
+  const size_t point = number.find('.');
+  const std::string whole = number.substr(0, point);
+  std::string decimals =
+      point == std::string::npos ? "" : number.substr(point + 1);
+  while (!decimals.empty() && decimals.back() == '0') {
+    decimals.pop_back();
+  }
+  const size_t significant = whole.find_first_not_of('0');
+  if (significant != std::string::npos && whole.size() - significant > 19) {
+    reject(text, "too large; at most 1 EiB");
+  }
+  if (decimals.size() > 18) {
+    reject(text, "more than 18 decimals");
+  }
+  const __int128 whole_value =
+      whole.empty() ? 0 : static_cast<__int128>(std::stoull(whole));
+  const __int128 decimal_value =
+      decimals.empty() ? 0 : static_cast<__int128>(std::stoull(decimals));
+  __int128 scale = 1;
+  for (size_t k = 0; k < decimals.size(); ++k) {
+    scale *= 10;
+  }
+  const __int128 fraction_bytes = decimal_value * multiplier;
+  if (fraction_bytes % scale != 0) {
+    reject(text, "not a whole number of bytes");
+  }
+  const __int128 bytes = whole_value * multiplier + fraction_bytes / scale;
+  if (bytes < 1) {
     reject(text, "a budget must be at least 1 byte");
   }
   if (bytes > kMaxBytes) {
     reject(text, "too large; at most 1 EiB");
-  }
-  if (bytes != std::floor(bytes)) {
-    reject(text, "not a whole number of bytes");
   }
   return Budget::bytes(static_cast<int64_t>(bytes));
 }

@@ -97,6 +97,25 @@ bool same_view(const at::Tensor& a, const at::Tensor& b) {
          a.strides() == b.strides() && a.dtype() == b.dtype();
 }
 
+/// Asks `policy` about one call and checks that the answer is one of the
+/// four CheckpointPolicy values (a cast integer is not); true for a save.
+bool policy_saves(const Policy& policy, const OpContext& context, int64_t index) {
+  const CheckpointPolicy answer = policy(context);
+  const auto value = static_cast<int>(answer);
+  TORCH_CHECK(
+      value >= static_cast<int>(CheckpointPolicy::kMustSave) &&
+          value <= static_cast<int>(CheckpointPolicy::kPreferRecompute),
+      "remat::checkpoint: the policy answered CheckpointPolicy value ",
+      value,
+      " for ",
+      context.op_name,
+      " (operator ",
+      index,
+      " of the region); expected kMustSave, kPreferSave, kMustRecompute or "
+      "kPreferRecompute");
+  return is_save(answer);
+}
+
 }  // namespace
 
 SelectiveRegion::PackSource SelectiveRegion::trace(
@@ -235,9 +254,10 @@ void SelectiveRegion::forward_call(
         tensors_of(returns.cbegin(), returns.cend());
     call.asked = true;
     call.output_bytes = bytes_of(outputs);
-    const CheckpointPolicy answer = policy_(
-        OpContext{call.name, /*is_recompute=*/false, call.output_bytes});
-    call.policy_saves = is_save(answer);
+    call.policy_saves = policy_saves(
+        policy_,
+        OpContext{call.name, /*is_recompute=*/false, call.output_bytes},
+        index);
     if (call.policy_saves) {
       keep(index, inputs, std::move(returns), std::move(outputs));
     }
@@ -318,8 +338,10 @@ void SelectiveRegion::recompute_call(
       " in the forward");
   LoggedCall& call = calls_[index];
   if (call.asked) {
-    const bool save = is_save(policy_(
-        OpContext{call.name, /*is_recompute=*/true, call.output_bytes}));
+    const bool save = policy_saves(
+        policy_,
+        OpContext{call.name, /*is_recompute=*/true, call.output_bytes},
+        index);
     TORCH_CHECK(
         save == call.policy_saves,
         "remat::checkpoint: the policy answered ",

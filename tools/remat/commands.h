@@ -235,8 +235,13 @@ CLI::Validator parsing_validator(Parse parse, const std::string& name) {
 /// Applies --threads. Throws UsageError unless threads >= 1.
 void apply_threads(int64_t threads);
 
+/// The whole text of the regular file `path`. Throws UsageError naming
+/// `flag` if it cannot be opened, is a directory or is not a regular file
+/// (a FIFO, a device: reading one could block forever).
+std::string read_regular_file(const std::string& flag, const std::string& path);
+
 /// Reads a chain JSON file. Throws UsageError naming `flag`, the path and the
-/// reason for a missing or unreadable file or malformed JSON.
+/// reason for a missing, unreadable or irregular file or malformed JSON.
 planner::Chain read_chain_file(
     const std::string& flag, const std::string& path);
 

@@ -105,8 +105,19 @@ void apply_threads(int64_t threads) {
   torch::set_num_threads(static_cast<int>(threads));
 }
 
-planner::Chain read_chain_file(
-    const std::string& flag, const std::string& path) {
+std::string read_regular_file(const std::string& flag, const std::string& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (std::filesystem::is_directory(status)) {
+    throw UsageError(
+        flag + ": '" + path + "' is a directory; expected a file");
+  }
+  if (std::filesystem::exists(status) &&
+      !std::filesystem::is_regular_file(status)) {
+    throw UsageError(
+        flag + ": '" + path +
+        "' is not a regular file (a FIFO, socket or device); expected a file");
+  }
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     throw UsageError(
@@ -114,8 +125,14 @@ planner::Chain read_chain_file(
   }
   std::ostringstream text;
   text << file.rdbuf();
+  return text.str();
+}
+
+planner::Chain read_chain_file(
+    const std::string& flag, const std::string& path) {
+  const std::string text = read_regular_file(flag, path);
   try {
-    return planner::chain_from_json(text.str());
+    return planner::chain_from_json(text);
   } catch (const std::invalid_argument& error) {
     throw UsageError(
         flag + ": '" + path + "' is not a valid chain JSON: " + error.what());

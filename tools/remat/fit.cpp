@@ -154,11 +154,20 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
 
 void run_fit(const FitCommandOptions& options, const CommandIo& io) {
   apply_threads(options.threads);
-  const Budget cap = Budget::parse(options.cap);
+  auto refuse = [&options](const std::string& why) {
+    return UsageError(
+        "--cap: expected a positive number of bytes with a unit (64MiB, "
+        "1GiB, 500MB), got '" +
+        options.cap + "'" + why);
+  };
+  Budget cap;
+  try {
+    cap = Budget::parse(options.cap);
+  } catch (const c10::Error&) {
+    throw refuse("");
+  }
   if (cap.kind() != Budget::Kind::kBytes) {
-    throw UsageError(
-        "--cap: expected a number of bytes (e.g. 64MiB), got '" + options.cap +
-        "'");
+    throw refuse(" (a cap is bytes, not a percentage of a plan's peak)");
   }
   const bool over_batch = options.over == "batch";
   if (!over_batch && options.over != "seq-len") {

@@ -11,6 +11,7 @@
 
 #include <remat/planner/units.h>
 #include "cli_error.h"
+#include "commands.h"
 
 namespace remat::cli {
 namespace {
@@ -26,17 +27,11 @@ void require_positive(const char* flag, int64_t value) {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    throw UsageError(
-        "--data: cannot open '" + path + "': " + std::strerror(errno));
-  }
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (text.str().empty()) {
+  std::string text = read_regular_file("--data", path);
+  if (text.empty()) {
     throw UsageError("--data: '" + path + "' is empty");
   }
-  return text.str();
+  return text;
 }
 
 }  // namespace
