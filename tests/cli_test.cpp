@@ -173,11 +173,12 @@ TEST(ChoosePlan, OptimalFitsTheBudgetOrReportsTheMinimum) {
   ASSERT_TRUE(choice.budget_bytes.has_value());
   EXPECT_TRUE(choice.simulation.valid) << choice.simulation.error;
   EXPECT_LE(choice.simulation.peak_bytes, *choice.budget_bytes);
+  ASSERT_TRUE(choice.min_feasible_bytes.has_value());
   EXPECT_EQ(
-      choice.min_feasible_bytes,
+      *choice.min_feasible_bytes,
       remat::planner::min_feasible_budget_bytes(chain));
 
-  const int64_t too_small = choice.min_feasible_bytes - 1;
+  const int64_t too_small = *choice.min_feasible_bytes - 1;
   try {
     remat::cli::choose_plan(
         chain,
@@ -189,7 +190,7 @@ TEST(ChoosePlan, OptimalFitsTheBudgetOrReportsTheMinimum) {
     EXPECT_EQ(error.min_feasible_bytes(), choice.min_feasible_bytes);
     EXPECT_NE(
         std::string(error.what())
-            .find(std::to_string(choice.min_feasible_bytes) + " bytes"),
+            .find(std::to_string(*choice.min_feasible_bytes) + " bytes"),
         std::string::npos)
         << error.what();
   }
@@ -567,7 +568,11 @@ TEST(RematBinary, SelectiveStagesReachThePlannerAndTrainWithinTheBudget) {
       "'");
   ASSERT_EQ(result.exit_code, 0) << describe(result);
   EXPECT_NE(result.out.find("recompute ms"), std::string::npos) << result.out;
-  for (const auto& stage : nlohmann::json::parse(read_file(chain))["stages"]) {
+  // Held in a variable: a range-for over a member of a temporary would use
+  // the member after the temporary is destroyed.
+  const nlohmann::json profiled = nlohmann::json::parse(read_file(chain));
+  ASSERT_FALSE(profiled.at("stages").empty());
+  for (const auto& stage : profiled.at("stages")) {
     EXPECT_TRUE(stage.contains("selective")) << stage.dump();
   }
 
