@@ -46,13 +46,29 @@ RecomputeContext::GeneratorState RecomputeContext::capture(
     const at::Generator& generator) {
   at::Generator handle = generator;
   std::lock_guard<std::mutex> lock(handle.mutex());
+  GeneratorState saved{handle, std::nullopt, {}, {}, {}};
+  if (handle.device().is_cpu()) {
+    auto* cpu = handle.get<at::CPUGeneratorImpl>();
+    saved.cpu_engine = cpu->engine();
+    saved.cpu_float_sample = cpu->next_float_normal_sample();
+    saved.cpu_double_sample = cpu->next_double_normal_sample();
+    return saved;
+  }
   const at::Tensor state = handle.get_state().contiguous();
   const auto* begin = state.data_ptr<uint8_t>();
-  return {handle, std::vector<uint8_t>(begin, begin + state.numel())};
+  saved.state_bytes.assign(begin, begin + state.numel());
+  return saved;
 }
 
 void RecomputeContext::restore(GeneratorState& saved) {
   std::lock_guard<std::mutex> lock(saved.generator.mutex());
+  if (saved.cpu_engine) {
+    auto* cpu = saved.generator.get<at::CPUGeneratorImpl>();
+    cpu->set_engine(*saved.cpu_engine);
+    cpu->set_next_float_normal_sample(saved.cpu_float_sample);
+    cpu->set_next_double_normal_sample(saved.cpu_double_sample);
+    return;
+  }
   // from_blob wraps the bytes without allocating.
   saved.generator.set_state(at::from_blob(
       saved.state_bytes.data(),

@@ -19,8 +19,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/variable.h>
@@ -40,12 +43,21 @@ class RecomputeContext {
 
  private:
   friend class RecomputeGuard;
-  // States are kept as plain bytes, not tensors: a tensor would be counted
-  // by the tracking allocator (5 KiB per CPU generator) and blur exact
-  // activation accounting (NOTE: [Plan execution] in plan_executor.cpp).
+  // States are kept as plain memory, never as tensors, and are captured and
+  // restored without making one: a tensor would be counted by the tracking
+  // allocator (5 KiB per CPU generator, get_state()'s transient) and show as
+  // a peak the memory model does not have, at the first forward of a planned
+  // stage or at a recomputation (NOTE: [Plan execution] in
+  // plan_executor.cpp). The CPU generator's engine is copied as it is; other
+  // generators (CUDA: 16 bytes of seed and offset) go through get_state().
   struct GeneratorState {
     at::Generator generator;
-    std::vector<uint8_t> state_bytes;
+    std::optional<at::mt19937> cpu_engine;  // CPU generators
+    decltype(std::declval<at::CPUGeneratorImpl&>()
+                 .next_float_normal_sample()) cpu_float_sample;
+    decltype(std::declval<at::CPUGeneratorImpl&>()
+                 .next_double_normal_sample()) cpu_double_sample;
+    std::vector<uint8_t> state_bytes;  // other generators
   };
   static GeneratorState capture(const at::Generator& generator);
   static void restore(GeneratorState& saved);
