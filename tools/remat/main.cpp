@@ -13,8 +13,15 @@
 //
 // The tracking CPU allocator is installed before anything allocates, so that
 // MemoryMeter counts every byte.
+//
+// A worker of `remat train --nproc` (REMAT_LAUNCHER_PID in its environment)
+// handles SIGTERM from its first instruction after the re-exec, to say why it
+// stops (NOTE: [No worker outlives its launcher] in src/distributed.cpp).
+#include <signal.h>
 #include <unistd.h>
 
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -26,6 +33,56 @@
 #include "progress.h"
 
 namespace {
+
+// A worker started by `--nproc` says why it stops on SIGTERM: its launcher
+// is gone (the kernel's signal, NOTE: [No worker outlives its launcher] in
+// the library's launch_local), or the launcher stopped it. The texts are
+// made before the handler can run; it only writes and exits.
+pid_t worker_launcher = 0;
+std::array<char, 192> worker_gone_text{};
+std::array<char, 192> worker_stopped_text{};
+
+extern "C" void stop_worker(int /*signal_number*/) {
+  const char* text = ::getppid() != worker_launcher ? worker_gone_text.data()
+                                                    : worker_stopped_text.data();
+  size_t length = 0;
+  while (text[length] != '\0') {
+    ++length;
+  }
+  [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, text, length);
+  ::_exit(128 + SIGTERM);
+}
+
+/// Installs stop_worker if this process is a worker of `--nproc` (its
+/// environment names the launcher), as early as the process can.
+void explain_worker_stop() {
+  const char* launcher = std::getenv("REMAT_LAUNCHER_PID");
+  if (launcher == nullptr) {
+    return;
+  }
+  worker_launcher = static_cast<pid_t>(std::atol(launcher));
+  const char* rank_text = std::getenv("RANK");
+  const long long rank = rank_text != nullptr ? std::atoll(rank_text) : -1;
+  std::snprintf(
+      worker_gone_text.data(),
+      worker_gone_text.size(),
+      "remat train: rank %lld: its launcher (pid %d) is gone; exiting\n",
+      rank,
+      static_cast<int>(worker_launcher));
+  std::snprintf(
+      worker_stopped_text.data(),
+      worker_stopped_text.size(),
+      "remat train: rank %lld: stopped by its launcher (pid %d)\n",
+      rank,
+      static_cast<int>(worker_launcher));
+  struct sigaction action {};
+  action.sa_handler = stop_worker;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGTERM, &action, nullptr);
+  if (::getppid() != worker_launcher) {
+    stop_worker(SIGTERM);  // gone before the handler was in place
+  }
+}
 
 // Whether the command line asks for a command that runs a model (all but
 // `plan`, --help and --version); with no command, `remat` runs the demo.
@@ -48,6 +105,7 @@ int main(int argc, char** argv) {
     ::execv("/proc/self/exe", argv);
     // exec failed (no /proc): carry on with the default policy.
   }
+  explain_worker_stop();
   try {
     remat::install_tracking_allocator();
   } catch (const std::exception& error) {

@@ -34,13 +34,8 @@
 // parameters and the resident shards, so the budget and the reported peak
 // cover parameters and activations together; --save gathers the parameters
 // on every rank and rank 0 writes them.
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <array>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <cmath>
 #include <iomanip>
@@ -272,53 +267,6 @@ struct Parallel {
 };
 
 /// Joins the group named by --rank or by the environment, if any.
-// A worker started by `--nproc` says why it stops on SIGTERM: its launcher
-// is gone (the kernel's signal, NOTE: [No worker outlives its launcher] in
-// the library's launch_local), or the launcher stopped it. The texts are
-// made before the handler can run; it only writes and exits.
-pid_t worker_launcher = 0;
-std::array<char, 192> worker_gone_text{};
-std::array<char, 192> worker_stopped_text{};
-
-extern "C" void stop_worker(int /*signal_number*/) {
-  const char* text = ::getppid() != worker_launcher ? worker_gone_text.data()
-                                                    : worker_stopped_text.data();
-  size_t length = 0;
-  while (text[length] != '\0') {
-    ++length;
-  }
-  [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, text, length);
-  ::_exit(128 + SIGTERM);
-}
-
-/// Installs stop_worker if this process is a worker of `--nproc`.
-void explain_worker_stop(int64_t rank) {
-  const char* launcher = std::getenv("REMAT_LAUNCHER_PID");
-  if (launcher == nullptr) {
-    return;
-  }
-  worker_launcher = static_cast<pid_t>(std::atol(launcher));
-  std::snprintf(
-      worker_gone_text.data(),
-      worker_gone_text.size(),
-      "remat train: rank %lld: its launcher (pid %d) is gone; exiting\n",
-      static_cast<long long>(rank),
-      static_cast<int>(worker_launcher));
-  std::snprintf(
-      worker_stopped_text.data(),
-      worker_stopped_text.size(),
-      "remat train: rank %lld: stopped by its launcher (pid %d)\n",
-      static_cast<long long>(rank),
-      static_cast<int>(worker_launcher));
-  struct sigaction action {};
-  action.sa_handler = stop_worker;
-  sigemptyset(&action.sa_mask);
-  ::sigaction(SIGTERM, &action, nullptr);
-  if (::getppid() != worker_launcher) {
-    stop_worker(SIGTERM);  // gone before the handler was in place
-  }
-}
-
 Parallel join_group(const TrainOptions& options) {
   Parallel parallel;
   const auto timeout = std::chrono::milliseconds(
@@ -344,7 +292,6 @@ Parallel join_group(const TrainOptions& options) {
   } else if (distributed::environment_names_a_group()) {
     group_options = distributed::group_options_from_env(
         distributed::GroupOptions().timeout(timeout));
-    explain_worker_stop(group_options.rank());
   } else {
     if (options.world_size > 0) {
       throw UsageError(
