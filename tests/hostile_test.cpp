@@ -31,6 +31,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <models/mlp.h>
 #include "plan_executor.h"
 #include "remat/remat.h"
 #include "test_util.h"
@@ -323,6 +324,37 @@ TEST(Hostile, AStageReturningAViewOfItsInputIsCountedAsItsOwn) {
   EXPECT_LE(planned.peak_bytes, remat::planner::simulate(chain, plan).peak_bytes);
 }
 
+TEST(Hostile, RandomStagesCostNoUncountedBytesToReplay) {
+  // Each planned stage's first forward captures the RNG state and every
+  // recomputation replays it; neither may allocate a tensor (a CPU
+  // generator's state is 5 KiB, more than this chain's activations at some
+  // ops), or the measured peak rises above the prediction.
+  torch::manual_seed(8);
+  auto model = remat::models::mlp_chain(
+      remat::models::MlpChainOptions({32, 32, 32, 32, 10}).dropout(0.1));
+  const std::vector<remat::Stage> stages = remat::stages_of(model);
+  const torch::Tensor input = torch::randn({16, 32});
+  const auto chain = remat::profile_chain(model, input);
+  const int64_t store_all =
+      remat::planner::simulate(chain, remat::planner::solve_store_all(chain)).peak_bytes;
+  const int64_t minimum = remat::planner::min_feasible_budget_bytes(chain);
+  torch::manual_seed(9);
+  const StepResult plain = step(stages, input, [&](const torch::Tensor& x) {
+    return remat::detail::run_stages(stages, x);
+  });
+  for (const int64_t budget : {store_all, minimum}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    const remat::planner::Plan plan = remat::plan_within(chain, remat::Budget::bytes(budget));
+    remat::PlannedChain net(stages, plan);
+    torch::manual_seed(9);
+    const StepResult planned =
+        step(stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
+    remat::testing::expect_all_bitwise_equal(plain.grads, planned.grads, "dropout chain");
+    EXPECT_LE(planned.peak_bytes, remat::planner::simulate(chain, plan).peak_bytes)
+        << plan.to_string();
+  }
+}
+
 TEST(Hostile, AnUndefinedStageOutputIsAnErrorNamingTheStage) {
   auto linear = std::make_shared<torch::nn::LinearImpl>(8, 8);
   std::vector<remat::Stage> stages = {
@@ -552,8 +584,23 @@ TEST_P(HostileLauncher, NoWorkerOutlivesTheLauncher) {
     ::waitpid(launcher, nullptr, 0);
     FAIL() << "the workers did not start: " << read_file(scratch() / (tag + ".err"));
   }
-  const std::vector<pid_t> workers = workers_of(launcher);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // training now
+  // Each worker handles SIGTERM from the start of its main(): wait for that
+  // (bit 15 of SigCgt in /proc/PID/status), so that the message can be
+  // checked; a worker killed before has no message, but is gone all the same.
+  auto handles_sigterm = [](pid_t pid) {
+    const std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
+    const size_t at = status.find("SigCgt:");
+    return at != std::string::npos &&
+           (std::stoull(status.substr(at + 7), nullptr, 16) >> (SIGTERM - 1) & 1) != 0;
+  };
+  EXPECT_TRUE(wait_for(60, [&] {
+    for (const pid_t worker : workers_of(launcher)) {
+      if (!handles_sigterm(worker)) {
+        return false;
+      }
+    }
+    return true;
+  }));
   ASSERT_EQ(::kill(launcher, signal_number), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
