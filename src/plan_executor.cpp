@@ -159,7 +159,10 @@ class PlanExecution {
     if (!first_forward_[i]) {
       first_forward_[i].emplace(
           torch::autograd::variable_list{input}, /*preserve_rng=*/true);
-      return call_stage(i, input, kind);
+      const BufferWrites writes({(*stages_)[i].module});
+      torch::Tensor output = call_stage(i, input, kind);
+      first_forward_[i]->note_buffer_writes(writes);
+      return output;
     }
     RecomputeGuard guard(*first_forward_[i], {(*stages_)[i].module});
     return call_stage(i, input, kind);

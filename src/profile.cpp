@@ -47,6 +47,7 @@
 
 #include "model_state.h"
 #include "plan_executor.h"
+#include "recompute_context.h"
 #include "remat/memory_meter.h"
 
 namespace remat {
@@ -161,10 +162,14 @@ planner::Chain profile_chain(
     RecordCost full;
     RecordCost selective;
     std::vector<double> forward_times;
+    // The buffers a re-run of the stage copies aside: those of the
+    // submodules its forward writes (NOTE: [Recompute and module state]).
+    int64_t backup_bytes = 0;
     for (int64_t round = 0; round < rounds; ++round) {
       const bool timed = round >= options.warmup();
       {  // 1. forward with nothing recorded
         detail::synchronize(device);
+        const detail::BufferWrites writes({stage.module});
         meter.reset();
         const auto start = std::chrono::steady_clock::now();
         torch::Tensor output;
@@ -172,6 +177,8 @@ planner::Chain profile_chain(
           c10::NoGradGuard no_grad;
           output = detail::stage_output(stage.forward(input), index);
         }
+        backup_bytes = std::max(
+            backup_bytes, detail::own_buffer_bytes(writes.written()));
         detail::synchronize(device);
         if (timed) {
           forward_times.push_back(detail::elapsed_ms(start));
@@ -188,10 +195,11 @@ planner::Chain profile_chain(
         selective.measure(run, options.selective_policy(), meter, device);
       }
     }
-    // A recomputation backs up the stage module's buffers while it runs
-    // (NOTE: [Recompute and RNG]); the first forward does not, but the model
-    // has one forward cost per stage, so both carry the backup.
-    const int64_t backup_bytes = buffer_bytes(stage.module);
+    // A re-run of the stage backs up the buffers its forward writes while it
+    // runs (NOTE: [Recompute and module state]); the first forward does not,
+    // but the model has one forward cost per stage, so both carry the backup.
+    // A selective stage's recomputation, inside its checkpoint region, backs
+    // up every buffer of the stage module.
     cost.forward_tmp_bytes += backup_bytes;
     cost.forward_ms = planner::median(forward_times);
     cost.saved_bytes = full.saved_bytes;
@@ -204,7 +212,7 @@ planner::Chain profile_chain(
       // negative: the model's recomputation is never faster than none).
       cost.selective = planner::SelectiveCost{
           selective.saved_bytes,
-          selective.forward_tmp_bytes + backup_bytes,
+          selective.forward_tmp_bytes + buffer_bytes(stage.module),
           selective.backward_tmp_bytes,
           std::max(
               0.0,

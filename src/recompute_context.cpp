@@ -3,6 +3,8 @@
 // [Recompute and module state] in recompute_context.h.
 #include "recompute_context.h"
 
+#include <algorithm>
+
 #include <ATen/Context.h>
 #include <ATen/Functions.h>
 #include <ATen/autocast_mode.h>
@@ -22,6 +24,57 @@ at::Generator mutable_generator(c10::Device device) {
 }
 
 }  // namespace
+
+BufferWrites::BufferWrites(
+    const std::vector<std::shared_ptr<torch::nn::Module>>& modules) {
+  std::vector<const torch::nn::Module*> seen;
+  for (const auto& module : modules) {
+    if (!module) {
+      continue;
+    }
+    for (const auto& sub : module->modules(/*include_self=*/true)) {
+      if (std::find(seen.begin(), seen.end(), sub.get()) != seen.end()) {
+        continue;
+      }
+      seen.push_back(sub.get());
+      Watched watched{sub, {}};
+      for (const auto& buffer : sub->buffers(/*recurse=*/false)) {
+        watched.versions.emplace_back(buffer, buffer._version());
+      }
+      if (!watched.versions.empty()) {
+        watched_.push_back(std::move(watched));
+      }
+    }
+  }
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> BufferWrites::written() const {
+  std::vector<std::shared_ptr<torch::nn::Module>> written;
+  for (const Watched& watched : watched_) {
+    for (const auto& [buffer, version] : watched.versions) {
+      if (buffer._version() != version) {
+        written.push_back(watched.module);
+        break;
+      }
+    }
+  }
+  return written;
+}
+
+int64_t own_buffer_bytes(
+    const std::vector<std::shared_ptr<torch::nn::Module>>& modules) {
+  int64_t bytes = 0;
+  for (const auto& module : modules) {
+    for (const auto& buffer : module->buffers(/*recurse=*/false)) {
+      bytes += static_cast<int64_t>(buffer.nbytes());
+    }
+  }
+  return bytes;
+}
+
+void RecomputeContext::note_buffer_writes(const BufferWrites& writes) {
+  written_ = writes.written();
+}
 
 RecomputeContext::RecomputeContext(
     const torch::autograd::variable_list& inputs, bool preserve_rng)
@@ -87,12 +140,20 @@ RecomputeGuard::RecomputeGuard(
   replay.autocast_.apply();
   {
     c10::NoGradGuard no_grad;
-    for (const auto& module : modules) {
-      if (!module) {
-        continue;  // a parameter-free stage
+    if (replay.written_) {  // NOTE: [Recompute and module state]
+      for (const auto& module : *replay.written_) {
+        for (auto& buffer : module->buffers(/*recurse=*/false)) {
+          buffer_backups_.emplace_back(buffer, buffer.clone());
+        }
       }
-      for (auto& buffer : module->buffers(/*recurse=*/true)) {
-        buffer_backups_.emplace_back(buffer, buffer.clone());
+    } else {
+      for (const auto& module : modules) {
+        if (!module) {
+          continue;  // a parameter-free stage
+        }
+        for (auto& buffer : module->buffers(/*recurse=*/true)) {
+          buffer_backups_.emplace_back(buffer, buffer.clone());
+        }
       }
     }
   }

@@ -15,7 +15,14 @@
 // Recomputing a region that runs BatchNorm in training mode would update its
 // running statistics a second time. `RecomputeGuard` copies the buffers of the
 // modules named in CheckpointOptions::preserve_buffers_of before the
-// recomputation and copies them back afterwards (even on error).
+// recomputation and copies them back afterwards (even on error). Where the
+// first forward was watched (BufferWrites, as the plan executor does for
+// each stage), only the buffers of the submodules whose buffers that forward
+// wrote are copied: a BatchNorm's statistics, not a model's constant causal
+// mask of seq_len^2 bytes, which a copy at every recomputation would add to
+// the peak for nothing. A submodule counts as written when the version
+// counter of any of its own buffers moved (num_batches_tracked moves with a
+// BatchNorm's statistics); all of its own buffers are then copied.
 #pragma once
 
 #include <memory>
@@ -33,6 +40,27 @@
 
 namespace remat::detail {
 
+/// The submodules of `modules` (recursively, each once) with the version of
+/// each of their own buffers at construction; written() names those with a
+/// buffer whose version has moved since (NOTE: [Recompute and module state]).
+class BufferWrites {
+ public:
+  explicit BufferWrites(
+      const std::vector<std::shared_ptr<torch::nn::Module>>& modules);
+  std::vector<std::shared_ptr<torch::nn::Module>> written() const;
+
+ private:
+  struct Watched {
+    std::shared_ptr<torch::nn::Module> module;
+    std::vector<std::pair<at::Tensor, int64_t>> versions;
+  };
+  std::vector<Watched> watched_;
+};
+
+/// The bytes of the own (non-recursive) buffers of `modules`.
+int64_t own_buffer_bytes(
+    const std::vector<std::shared_ptr<torch::nn::Module>>& modules);
+
 /// The state a recomputation replays, captured at forward time.
 class RecomputeContext {
  public:
@@ -40,6 +68,10 @@ class RecomputeContext {
   /// `inputs`, and the autocast state.
   RecomputeContext(
       const torch::autograd::variable_list& inputs, bool preserve_rng);
+
+  /// After the first forward: its recomputations copy only the buffers of
+  /// `writes.written()` (NOTE: [Recompute and module state]).
+  void note_buffer_writes(const BufferWrites& writes);
 
  private:
   friend class RecomputeGuard;
@@ -63,6 +95,8 @@ class RecomputeContext {
   static void restore(GeneratorState& saved);
   std::vector<GeneratorState> rng_states_;
   compat::AutocastState autocast_;
+  // Set by note_buffer_writes: the submodules whose own buffers are copied.
+  std::optional<std::vector<std::shared_ptr<torch::nn::Module>>> written_;
 };
 
 /// RAII: for the lifetime of the guard, this thread recomputes a region:
