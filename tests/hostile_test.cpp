@@ -355,6 +355,57 @@ TEST(Hostile, RandomStagesCostNoUncountedBytesToReplay) {
   }
 }
 
+/// A stage module with a large constant buffer (as a causal mask is), read
+/// by its forward and never written.
+struct MaskedLinearImpl : torch::nn::Module {
+  MaskedLinearImpl() {
+    linear = register_module("linear", torch::nn::Linear(64, 64));
+    mask = register_buffer("mask", torch::ones({512, 512}, torch::kBool));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return linear->forward(x).tanh() * mask[0][0];
+  }
+  torch::nn::Linear linear{nullptr};
+  torch::Tensor mask;
+};
+TORCH_MODULE(MaskedLinear);
+
+TEST(Hostile, AConstantBufferIsNotCountedAsARecomputationBackup) {
+  // A re-run copies aside the buffers a stage's forward writes (BatchNorm's
+  // statistics), not constant ones: the prediction must not carry a 256 KiB
+  // copy per stage that never happens.
+  torch::manual_seed(10);
+  std::vector<remat::Stage> stages;
+  for (int k = 0; k < 3; ++k) {
+    MaskedLinear module;
+    stages.push_back(
+        {[module](const torch::Tensor& x) mutable { return module->forward(x); },
+         module.ptr()});
+  }
+  const torch::Tensor input = torch::randn({8, 64});
+  const auto chain = remat::profile_chain(stages, input);
+  for (int64_t i = 0; i < chain.size(); ++i) {
+    EXPECT_LT(chain.stage(i).forward_tmp_bytes, 512 * 512) << "stage " << i;
+  }
+  const StepResult plain = step(stages, input, [&](const torch::Tensor& x) {
+    return remat::detail::run_stages(stages, x);
+  });
+  const int64_t minimum = remat::planner::min_feasible_budget_bytes(chain);
+  for (const remat::planner::Plan& plan :
+       {remat::planner::solve_store_all(chain),
+        remat::plan_within(chain, remat::Budget::bytes(minimum))}) {
+    SCOPED_TRACE(plan.to_string());
+    remat::PlannedChain net(stages, plan);
+    const StepResult planned =
+        step(stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
+    remat::testing::expect_all_bitwise_equal(plain.grads, planned.grads, "masked chain");
+    const int64_t predicted = remat::planner::simulate(chain, plan).peak_bytes;
+    EXPECT_LE(planned.peak_bytes, predicted);
+    EXPECT_GE(planned.peak_bytes, static_cast<int64_t>(0.9 * predicted))
+        << "measured " << planned.peak_bytes << ", predicted " << predicted;
+  }
+}
+
 TEST(Hostile, AnUndefinedStageOutputIsAnErrorNamingTheStage) {
   auto linear = std::make_shared<torch::nn::LinearImpl>(8, 8);
   std::vector<remat::Stage> stages = {
