@@ -433,7 +433,7 @@ TEST(RematBinary, ProfilePlanExplainOnATinyModel) {
   ASSERT_EQ(result.exit_code, 0) << describe(result);
   const remat::planner::Chain profiled =
       remat::planner::chain_from_json(read_file(chain));
-  EXPECT_EQ(profiled.size(), 7);  // 6 hidden stages + head
+  EXPECT_EQ(profiled.size(), 8);  // 6 hidden stages + head + the loss
 
   result = run_remat("profile " + kTinyMlp + " --repeats 1");
   ASSERT_EQ(result.exit_code, 0) << describe(result);
@@ -460,7 +460,7 @@ TEST(RematBinary, ProfilePlanExplainOnATinyModel) {
       explain_dir.string() + "' --json");
   ASSERT_EQ(result.exit_code, 0) << describe(result);
   const auto report = nlohmann::json::parse(result.out);
-  EXPECT_EQ(report["stages"].size(), 7u);
+  EXPECT_EQ(report["stages"].size(), 8u);
   EXPECT_FALSE(report["timeline"].empty());
   EXPECT_TRUE(fs::exists(explain_dir / "explain.dat"));
   if (remat::cli::gnuplot_available()) {
@@ -471,6 +471,32 @@ TEST(RematBinary, ProfilePlanExplainOnATinyModel) {
   result = run_remat("explain " + kTinyGpt + " --strategy sqrt --out ''");
   ASSERT_EQ(result.exit_code, 0) << describe(result);
   EXPECT_FALSE(result.out.empty());
+}
+
+// The loss is the chain's last stage and the RNG capture of a stage's first
+// forward allocates nothing, so a planned step measures what simulate()
+// predicts, to the byte: with dropout (the MLP's default), a cross-entropy
+// whose saved tensors dominate a tiny model, and over two workers.
+TEST(RematBinary, TrainMeasuresItsPredictionToTheByte) {
+  for (const std::string flags :
+       {"--model mlp --layers 2 --hidden 32 --budget 100%",
+        "--model mlp --layers 2 --hidden 32 --batch 64 --budget 100%",
+        "--model mlp --layers 2 --hidden 32 --budget 70%",
+        "--model mlp --layers 2 --hidden 32 --budget 100% --nproc 2"}) {
+    SCOPED_TRACE(flags);
+    const ProcessResult result =
+        run_remat("train " + flags + " --steps 3 --threads 1 --json");
+    ASSERT_EQ(result.exit_code, 0) << describe(result);
+    const auto report = nlohmann::json::parse(result.out);
+    EXPECT_EQ(
+        report["peak_bytes"].get<int64_t>(),
+        report["predicted_peak_bytes"].get<int64_t>());
+    EXPECT_EQ(report["over_budget_steps"], 0);
+  }
+  const ProcessResult text = run_remat("train --model mlp --steps 3 --threads 1");
+  ASSERT_EQ(text.exit_code, 0) << describe(text);
+  EXPECT_EQ(text.out.find("EXCEEDED"), std::string::npos) << text.out;
+  EXPECT_EQ(text.err.find("exceeded"), std::string::npos) << text.err;
 }
 
 TEST(RematBinary, TrainOnTinyModelsReportsJsonWithinBudget) {

@@ -126,7 +126,8 @@ void measure(
     const Batch& batch,
     Mode mode,
     int64_t input_bytes) {
-  torch::nn::Sequential model = workload.model();
+  torch::nn::Sequential model = workload.training_model();  // + loss
+  set_targets(model, batch);
   std::vector<size_t> order;  // rows in run order, the baseline first
   for (size_t index = 0; index < rows.size(); ++index) {
     if (rows[index].choice) {
@@ -155,9 +156,7 @@ void measure(
   bench::Runner runner(
       {model.get(),
        batch.inputs,
-       [&workload, &batch](const torch::Tensor& output) {
-         return workload.loss(output, batch);
-       }},
+       [](const torch::Tensor& loss) { return loss; }},  // the last stage
       runner_options);
   bench::RunResult result = runner.run(configurations);
   for (size_t position = 0; position < order.size(); ++position) {
@@ -360,8 +359,9 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   }
 
   Workload workload(options.model, options.seed);
-  torch::nn::Sequential model = workload.model();
+  torch::nn::Sequential model = workload.training_model();  // + loss
   const Batch batch = workload.next_batch();
+  set_targets(model, batch);
   for (const planner::Strategy& strategy : strategies) {
     check_trainable(
         strategy, mode, static_cast<int64_t>(model->size()), batch.inputs);

@@ -166,14 +166,19 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
           std::to_string(options.model.batch));
     }
     Workload workload(options.model, options.seed);
-    torch::Tensor sample = workload.next_batch().inputs;
+    Batch batch = workload.next_batch();
     if (options.shard > 0) {
-      sample = sample.narrow(0, 0, options.model.batch / options.shard);
+      const int64_t local = options.model.batch / options.shard;
+      batch.inputs = batch.inputs.narrow(0, 0, local);
+      batch.targets = batch.targets.narrow(0, 0, local);
     }
+    const torch::Tensor sample = batch.inputs;
+    const torch::nn::Sequential model = workload.training_model();  // + loss
+    set_targets(model, batch);
     {
       AutocastGuard autocast(c10::kCPU, precision);
       chain = profile_chain(
-          workload.model(),
+          model,
           sample,
           ProfileOptions().selective_policy(
               selective_policy(options.selective)));
@@ -181,7 +186,7 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
     source = workload.description() + "; " + precision_name(precision);
     if (options.shard > 0) {
       chain = distributed::sharded_chain(
-          *chain, stages_of(workload.model()), options.shard);
+          *chain, stages_of(model), options.shard);
       source += "; one rank of " + std::to_string(options.shard) +
                 ", sharded (local batch " +
                 std::to_string(options.model.batch / options.shard) + ")";

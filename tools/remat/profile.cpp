@@ -47,10 +47,12 @@ void run_profile(const ProfileCommandOptions& options, const CommandIo& io) {
   const Precision precision = cpu_precision(options.precision);
   Workload workload(options.model, options.seed);
   const Batch sample = workload.next_batch();
+  const torch::nn::Sequential model = workload.training_model();  // + loss
+  set_targets(model, sample);
   const planner::Chain chain = [&] {
     AutocastGuard autocast(c10::kCPU, precision);
     return profile_chain(
-        workload.model(),
+        model,
         sample.inputs,
         ProfileOptions()
             .warmup(options.warmup)

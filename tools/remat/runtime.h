@@ -17,7 +17,10 @@
 // freed) before the MemoryMeter is reset right before forward; the activation
 // peak is the meter's peak_delta_bytes over forward + loss + backward, which
 // run in the trainer's precision (an AutocastGuard for the CPU, whose cast
-// cache is off: a parameter's bf16 copy is a saved tensor like any other).
+// cache is off: a parameter's bf16 copy is a saved tensor like any other),
+// less the loss value and its seed gradient, which the step and autograd
+// hold past the chain's end (8 bytes for an fp32 loss; the loss is the
+// chain's last stage, workload.h).
 // The optimizer step runs after the measurement, outside autocast. In a
 // process group, a GradientSync averages the gradients over the ranks during
 // backward; its finish() is part of the measured backward, and the loss
@@ -136,10 +139,11 @@ class Trainer {
       Precision precision = Precision::kFloat32,
       std::optional<distributed::ProcessGroup> group = std::nullopt,
       bool shard = false);
-  /// Forward, loss, backward (measured), then the optimizer step when
-  /// `update` is true. Reseeds the global RNG with `seed` first.
+  /// Forward through the training model (its last stage is the loss, with
+  /// `batch`'s targets: workload.h), backward (measured), then the
+  /// optimizer step when `update` is true. Reseeds the global RNG with
+  /// `seed` first. REQUIRES: the model is a Workload::training_model().
   StepResult step(
-      const Workload& workload,
       const Batch& batch,
       uint64_t seed,
       bool update = true);

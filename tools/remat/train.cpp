@@ -392,7 +392,8 @@ TrainRun measure_training(
   const Mode mode = parse_mode(options.mode);
 
   Workload workload(options.model, options.seed);
-  torch::nn::Sequential model = workload.model();
+  // The model and its loss, planned as one chain (workload.h).
+  torch::nn::Sequential model = workload.training_model();
   run.model = workload.description();
   if (parallel.group) {
     parallel.group->check_same(
@@ -413,6 +414,7 @@ TrainRun measure_training(
                    : " (CPU autocast; parameters and optimizer fp32)\n");
   }
   const Batch probe = parallel.slice(workload.next_batch());
+  set_targets(model, probe);
   check_trainable(
       run.strategy, mode, static_cast<int64_t>(model->size()), probe.inputs);
   run.sharded = options.shard;
@@ -547,7 +549,7 @@ TrainRun measure_training(
     const Batch batch = parallel.slice(workload.next_batch());
     const uint64_t seed = step_seed(options.seed, step);
     auto step_start = Clock::now();
-    const StepResult result = trainer.step(workload, batch, seed);
+    const StepResult result = trainer.step(batch, seed);
     planned_wall_s += seconds_since(step_start);
     const int64_t peak =
         result.activation_peak_bytes + run.input_bytes + chain.resident_bytes();
@@ -566,7 +568,7 @@ TrainRun measure_training(
         choice.budget_bytes && peak > *choice.budget_bytes ? 1 : 0;
     if (step < run.baseline_steps) {
       step_start = Clock::now();
-      const StepResult reference = baseline->step(workload, batch, seed);
+      const StepResult reference = baseline->step(batch, seed);
       baseline_wall_s += seconds_since(step_start);
       run.baseline_peak_bytes = std::max(
           run.baseline_peak_bytes,

@@ -154,6 +154,11 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
         "--model: expected gpt, mlp or resnet, got '" + flags.model + "'");
   }
   detail_ = detail.str();
+  training_model_ = torch::nn::Sequential();
+  for (const auto& stage : *model_) {
+    training_model_->push_back(stage);  // shares the module
+  }
+  training_model_->push_back(LossHead(flags.model));
 }
 
 Batch Workload::next_batch() {
@@ -180,12 +185,34 @@ Batch Workload::next_batch() {
   return batch;
 }
 
-torch::Tensor Workload::loss(
-    const torch::Tensor& output, const Batch& batch) const {
-  if (flags_.model == "gpt") {
-    return models::gpt_loss(output, batch.targets);
+LossHeadImpl::LossHeadImpl(std::string model) : model_(std::move(model)) {}
+
+torch::Tensor LossHeadImpl::forward(const torch::Tensor& output) {
+  TORCH_CHECK(
+      targets_.defined(),
+      "remat::cli::LossHead: expected targets (set_targets) before forward");
+  if (model_ == "gpt") {
+    return models::gpt_loss(output, targets_);
   }
-  return torch::nn::functional::cross_entropy(output, batch.targets);
+  return torch::nn::functional::cross_entropy(output, targets_);
+}
+
+void LossHeadImpl::set_targets(torch::Tensor targets) {
+  targets_ = std::move(targets);
+}
+
+void LossHeadImpl::pretty_print(std::ostream& stream) const {
+  stream << "remat::cli::LossHead(" << model_ << ")";
+}
+
+void set_targets(const torch::nn::Sequential& training_model, const Batch& batch) {
+  auto head = std::dynamic_pointer_cast<LossHeadImpl>(
+      training_model->ptr(training_model->size() - 1));
+  TORCH_CHECK(
+      head != nullptr,
+      "remat::cli::set_targets: expected a training model ending in a "
+      "LossHead");
+  head->set_targets(batch.targets);
 }
 
 int64_t Workload::parameter_count() const {
@@ -207,7 +234,7 @@ std::string Workload::description() const {
   } else {
     text << parameters;
   }
-  text << " parameters, " << model_->size() << " stages";
+  text << " parameters, " << model_->size() << " stages + loss";
   return text.str();
 }
 

@@ -13,6 +13,15 @@
 //           images: a fixed random template per class plus noise.
 // Batches come from the workload's own generator (seeded), so two workloads
 // made with the same flags and seed give the same batches.
+//
+// The commands that plan and run training steps (train, profile, explain,
+// bench) run the training model: the model's stages followed by a LossHead,
+// whose forward returns the loss against the current batch's targets. The
+// loss is then one more stage of the chain, profiled and planned like the
+// others, so the memory it takes (its saved tensors, the loss itself and the
+// gradient that seeds backward) is in every prediction, and a measured step
+// keeps the promise "peak <= budget" to the byte. (A loss computed outside a
+// planned chain adds memory no plan accounts for: docs/planned_execution.md.)
 #pragma once
 
 #include <cstdint>
@@ -61,6 +70,31 @@ struct Batch {
   torch::Tensor targets;
 };
 
+/// The training loss of a built-in model as a stage: the loss of the
+/// model's output against the targets set for the current batch.
+class LossHeadImpl : public torch::nn::Cloneable<LossHeadImpl> {
+ public:
+  /// `model`: "gpt" (next-token cross-entropy over [B, S, vocab] logits) or
+  /// another built-in model (cross-entropy over [B, classes]).
+  explicit LossHeadImpl(std::string model = "mlp");
+  void reset() override {}
+  /// The loss of `output`. Throws c10::Error if no targets were set.
+  torch::Tensor forward(const torch::Tensor& output);
+  /// Targets for the following forwards (the current batch's).
+  void set_targets(torch::Tensor targets);
+  void pretty_print(std::ostream& stream) const override;
+
+ private:
+  std::string model_;
+  torch::Tensor targets_;
+};
+TORCH_MODULE(LossHead);
+
+/// Sets `batch`'s targets on the LossHead that ends `training_model` (a
+/// Workload::training_model() or a clone of one). Throws c10::Error if its
+/// last child is not a LossHead.
+void set_targets(const torch::nn::Sequential& training_model, const Batch& batch);
+
 /// A model with its data and loss.
 class Workload {
  public:
@@ -73,10 +107,13 @@ class Workload {
   torch::nn::Sequential model() const {
     return model_;
   }
+  /// The model's stages (the same modules) followed by a LossHead: what
+  /// training plans and runs (see the top of this header).
+  torch::nn::Sequential training_model() const {
+    return training_model_;
+  }
   /// The next batch from the workload's generator.
   Batch next_batch();
-  /// The training loss of `output` (the model's output) against `batch`.
-  torch::Tensor loss(const torch::Tensor& output, const Batch& batch) const;
   /// "gpt (4 layers, hidden 128, 4 heads, seq 64, batch 16; vocab 60, built-in
   /// text 12.3 KiB), 803k parameters".
   std::string description() const;
@@ -90,6 +127,7 @@ class Workload {
  private:
   ModelFlags flags_;
   torch::nn::Sequential model_{nullptr};
+  torch::nn::Sequential training_model_{nullptr};
   at::Generator generator_;
   std::string detail_;
   // gpt: the token stream; mlp: the teacher matrix; resnet: class templates.
