@@ -355,6 +355,38 @@ TEST(Hostile, RandomStagesCostNoUncountedBytesToReplay) {
   }
 }
 
+TEST(Hostile, ALossAsTheLastStageIsPredictedToTheByte) {
+  // A cross-entropy after the chain is memory no plan counts (on this tiny
+  // model, the step's peak); as the chain's last stage it is counted.
+  torch::manual_seed(11);
+  auto model = remat::models::mlp_chain(
+      remat::models::MlpChainOptions({32, 32, 32, 10}).dropout(0.1));
+  std::vector<remat::Stage> stages = remat::stages_of(model);
+  torch::Tensor targets = torch::randint(10, {64}, torch::kLong);
+  stages.push_back({[&targets](const torch::Tensor& logits) {
+                      return torch::nn::functional::cross_entropy(logits, targets);
+                    },
+                    nullptr});
+  const torch::Tensor input = torch::randn({64, 32});
+  const auto chain = remat::profile_chain(stages, input);
+  torch::manual_seed(12);
+  const StepResult plain = step(stages, input, [&](const torch::Tensor& x) {
+    return remat::detail::run_stages(stages, x);
+  });
+  const int64_t minimum = remat::planner::min_feasible_budget_bytes(chain);
+  for (const remat::planner::Plan& plan :
+       {remat::planner::solve_store_all(chain),
+        remat::plan_within(chain, remat::Budget::bytes(minimum))}) {
+    SCOPED_TRACE(plan.to_string());
+    remat::PlannedChain net(stages, plan);
+    torch::manual_seed(12);
+    const StepResult planned =
+        step(stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
+    remat::testing::expect_all_bitwise_equal(plain.grads, planned.grads, "loss stage");
+    EXPECT_EQ(planned.peak_bytes, remat::planner::simulate(chain, plan).peak_bytes);
+  }
+}
+
 /// A stage module with a large constant buffer (as a causal mask is), read
 /// by its forward and never written.
 struct MaskedLinearImpl : torch::nn::Module {
