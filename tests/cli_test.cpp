@@ -789,7 +789,8 @@ TEST(RematBinary, FitOverBatchAndSeqLenReportsAnswersMeasuredUnderTheCap) {
       " --cap 1MiB --probe-seq-len 8 --max-seq-len 512 --json");
   expect_fit_report(result, "seq-len", kCap);
   if (result.exit_code == 0) {
-    for (const auto& answer : nlohmann::json::parse(result.out)["answers"]) {
+    const nlohmann::json report = nlohmann::json::parse(result.out);  // held
+    for (const auto& answer : report.at("answers")) {
       EXPECT_EQ(answer["batch"], 2) << "the batch of kTinyGpt is fixed";
       EXPECT_LT(answer["size"].get<int64_t>(), 512) << "the cap must bind";
     }

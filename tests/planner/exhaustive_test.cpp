@@ -17,7 +17,7 @@ using testing::brute_force_fastest;
 using testing::brute_force_min_peak;
 using testing::random_chain;
 
-constexpr int kChains = 500;
+constexpr int kChains = 500 / testing::kCaseDivisor;
 constexpr uint64_t kBaseSeed = 20240601;
 
 // Checks solve_optimal and min_feasible_budget_bytes on kChains random

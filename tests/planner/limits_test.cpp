@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "remat/planner.h"
+#include "test_chains.h"
 
 namespace remat::planner {
 namespace {
@@ -61,7 +62,7 @@ TEST(Limits, SolveOptimalRefusesATableLargerThanTheLimit) {
 }
 
 TEST(Limits, SegmentSolversPlanVeryLongChains) {
-  const Chain chain = uniform_chain(100000);
+  const Chain chain = uniform_chain(100000 / testing::kCaseDivisor);
   for (const Plan& plan :
        {solve_sqrt(chain), solve_uniform(chain, 300), solve_store_all(chain)}) {
     const Simulation simulation = simulate(chain, plan);

@@ -24,7 +24,7 @@ using detail::FillKind;
 using detail::optimal_time_table;
 using testing::random_chain;
 
-constexpr int kChains = 300;
+constexpr int kChains = 300 / testing::kCaseDivisor;
 constexpr uint64_t kBaseSeed = 20261129;
 
 TEST(OptimalFill, MatchesReferenceFillOnRandomChains) {

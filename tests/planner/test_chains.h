@@ -19,6 +19,16 @@
 
 namespace remat::planner::testing {
 
+/// How many times fewer random cases the exhaustive and table tests draw in
+/// a sanitizer build (REMAT_SANITIZE: about 12 times slower here): the
+/// Release build checks the full counts, the sanitizer build looks for
+/// memory and undefined-behaviour errors on the same code paths.
+#ifdef REMAT_TEST_SANITIZED
+inline constexpr int kCaseDivisor = 10;
+#else
+inline constexpr int kCaseDivisor = 1;
+#endif
+
 /// A chain of 1..max_stages stages with byte sizes in [0, max_bytes] (saved
 /// bytes usually >= output bytes), times in (0, 4]. With with_tmp, some
 /// stages get transients: forward, recorded forward (record_tmp_bytes), and
