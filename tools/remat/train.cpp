@@ -355,6 +355,8 @@ struct TrainRun {
 
 /// The numbers the renderers print.
 struct TrainSummary {
+  /// Steps in each of the first and last loss windows: at most 10 and at
+  /// most half the run, so they never overlap (0 for a one-step run).
   size_t window = 0;
   double first_loss_mean = 0;
   double last_loss_mean = 0;
@@ -616,10 +618,13 @@ TrainRun measure_training(
 
 TrainSummary summarize(const TrainRun& run) {
   TrainSummary summary;
-  summary.window = std::min<size_t>(kLossWindow, run.losses.size());
-  summary.first_loss_mean = mean(run.losses, 0, summary.window);
+  // Two windows that never overlap (a short run's first and last halves);
+  // one step has none, and its loss is both means.
+  summary.window = std::min<size_t>(kLossWindow, run.losses.size() / 2);
+  const size_t window = std::max<size_t>(summary.window, 1);
+  summary.first_loss_mean = mean(run.losses, 0, window);
   summary.last_loss_mean =
-      mean(run.losses, run.losses.size() - summary.window, run.losses.size());
+      mean(run.losses, run.losses.size() - window, run.losses.size());
   summary.step_ms_median = planner::median(run.step_ms);
   if (run.baseline_steps > 0) {
     summary.baseline_step_ms_median = planner::median(run.baseline_step_ms);
@@ -686,9 +691,13 @@ void render_text(
       << format_duration(run.seconds) << ", " << precision_name(run.precision)
       << '\n';
   out << "  loss            first " << fixed(run.losses.front(), 4)
-      << " -> last " << fixed(run.losses.back(), 4) << "  (mean of first/last "
-      << summary.window << ": " << fixed(summary.first_loss_mean, 4) << " -> "
-      << fixed(summary.last_loss_mean, 4) << ")\n";
+      << " -> last " << fixed(run.losses.back(), 4);
+  if (summary.window > 0) {
+    out << "  (mean of first/last " << summary.window << ": "
+        << fixed(summary.first_loss_mean, 4) << " -> "
+        << fixed(summary.last_loss_mean, 4) << ")";
+  }
+  out << '\n';
   out << "  peak            " << format_bytes(run.peak_bytes)
       << (run.sharded ? " max (activations + input + resident shards)"
                       : " max (activations + input)");
