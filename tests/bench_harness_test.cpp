@@ -1,6 +1,7 @@
 // Tests of the benchmark harness (bench/harness): the statistics every table
 // reports, the report writers, the interleaved runner and its gradient gate,
 // and the scenario registry. Tiny models: each test takes milliseconds.
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -8,10 +9,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "harness/report.h"
-#include "harness/runner.h"
+#include "report/report.h"
+#include "remat/measure/runner.h"
 #include "harness/scenario.h"
-#include "harness/statistics.h"
+#include "remat/measure/statistics.h"
 #include "remat/remat.h"
 
 namespace remat::bench {
@@ -161,8 +162,10 @@ TEST(Runner, StepTimeCellsShowForwardBackwardStepSpreadAndRatio) {
   baseline.forward_ms = {1, 2, 3};
   baseline.backward_ms = {2, 4, 6};
   baseline.step_ms = {3, 6, 9};
+  baseline.cpu_ms = {3, 6, 9};
   Measurement slower = baseline;
   slower.step_ms = {6, 12, 18};
+  slower.cpu_ms = {3, 6, 9};
   const std::vector<Cell> cells = step_time_cells(slower, baseline);
   ASSERT_EQ(cells.size(), step_time_columns().size());
   EXPECT_DOUBLE_EQ(cells[0].value(), 2);   // forward median
@@ -170,6 +173,116 @@ TEST(Runner, StepTimeCellsShowForwardBackwardStepSpreadAndRatio) {
   EXPECT_DOUBLE_EQ(cells[2].value(), 12);  // step median
   EXPECT_DOUBLE_EQ(cells[3].value(), 12);  // step spread
   EXPECT_DOUBLE_EQ(cells[4].value(), 2);   // ratio to the baseline
+  EXPECT_DOUBLE_EQ(cells[5].value(), 1);   // CPU ratio
+  // Three rounds are too few for a 95 % interval, and the cell says so.
+  EXPECT_NE(cells[4].markdown().find("too few rounds"), std::string::npos)
+      << cells[4].markdown();
+}
+
+// The order statistics of the interval, checked against binomial sums
+// computed here independently (exact integer counts of subsets).
+TEST(PairedRatio, BoundsTheMedianByTheOrderStatisticsOfTheBinomial) {
+  for (int64_t n = 1; n <= 40; ++n) {
+    SCOPED_TRACE(n);
+    std::vector<double> baseline(static_cast<size_t>(n), 10.0);
+    std::vector<double> compared;
+    for (int64_t i = 0; i < n; ++i) {
+      compared.push_back(static_cast<double>(n - i));  // n..1: unsorted
+    }
+    const RatioInterval ratio = paired_ratio(compared, baseline);
+    // P(X < k) for X ~ Binomial(n, 1/2), from C(n, j) summed in doubles.
+    std::vector<double> below(static_cast<size_t>(n + 2), 0.0);
+    double choose = 1;  // C(n, 0)
+    for (int64_t j = 0; j <= n; ++j) {
+      below[static_cast<size_t>(j + 1)] =
+          below[static_cast<size_t>(j)] + choose / std::pow(2.0, n);
+      choose = choose * static_cast<double>(n - j) / static_cast<double>(j + 1);
+    }
+    int64_t k = 0;
+    for (int64_t c = 1; 2 * c <= n + 1; ++c) {
+      if (1 - 2 * below[static_cast<size_t>(c)] >= 0.95) {
+        k = c;
+      }
+    }
+    EXPECT_EQ(ratio.has_interval, k > 0);
+    EXPECT_EQ(ratio.rounds, n);
+    if (k > 0) {
+      // The sorted ratios are 0.1, 0.2, ..., n/10.
+      EXPECT_NEAR(ratio.low, 0.1 * static_cast<double>(k), 1e-12);
+      EXPECT_NEAR(ratio.high, 0.1 * static_cast<double>(n + 1 - k), 1e-12);
+      EXPECT_NEAR(ratio.coverage, 1 - 2 * below[static_cast<size_t>(k)], 1e-12);
+      EXPECT_GE(ratio.coverage, 0.95);
+    } else {
+      EXPECT_NEAR(ratio.low, 0.1, 1e-12);
+      EXPECT_NEAR(ratio.high, 0.1 * static_cast<double>(n), 1e-12);
+    }
+    EXPECT_LE(ratio.low, ratio.median);
+    EXPECT_GE(ratio.high, ratio.median);
+  }
+  EXPECT_FALSE(paired_ratio({1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}).has_interval);
+  EXPECT_TRUE(paired_ratio({1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1}).has_interval);
+}
+
+TEST(PairedRatio, ExcludesOneOnlyWhenTheWholeIntervalLiesOnOneSide) {
+  const std::vector<double> base(10, 10.0);
+  EXPECT_TRUE(paired_ratio({11, 12, 11, 13, 12, 11, 12, 14, 11, 12}, base).excludes_one());
+  EXPECT_FALSE(paired_ratio({9, 12, 11, 13, 12, 11, 12, 14, 8, 12}, base).excludes_one());
+  EXPECT_TRUE(paired_ratio({8, 9, 9, 8, 7, 9, 8, 9, 9, 8}, base).excludes_one());
+}
+
+TEST(PairedRatio, RefusesSeriesThatCannotBePaired) {
+  EXPECT_THROW(paired_ratio({}, {}), std::invalid_argument);
+  EXPECT_THROW(paired_ratio({1, 2}, {1}), std::invalid_argument);
+  EXPECT_THROW(paired_ratio({1, 2}, {1, 0}), std::invalid_argument);
+  EXPECT_THROW(paired_ratio({-1, 2}, {1, 1}), std::invalid_argument);
+  EXPECT_THROW(paired_ratio({1}, {1}, 1.0), std::invalid_argument);
+  try {
+    paired_ratio({1, 2, 3}, {1, 2});
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("3 and 2"), std::string::npos) << error.what();
+  }
+}
+
+TEST(Runner, AdaptiveModeAddsRoundsUpToItsLimitAndSaysWhetherItConverged) {
+  TinyChain tiny;
+  RunnerOptions options;
+  options.warmup = 0;
+  options.rounds = 6;
+  options.max_rounds = 9;
+  options.target_half_width = 1e-12;  // never met by measured times
+  const RunResult strict =
+      Runner({tiny.model.get(), tiny.input, {}}, options).run(
+          {{"none", tiny.plain()}, {"again", tiny.plain()}});
+  EXPECT_FALSE(strict.converged);
+  EXPECT_EQ(strict.rounds, 9);
+  for (const Measurement& measured : strict.configurations) {
+    EXPECT_EQ(measured.step_ms.size(), 9u);
+    EXPECT_EQ(measured.cpu_ms.size(), 9u);
+  }
+  EXPECT_EQ(strict.baseline_rerun.step_ms.size(), 9u);
+  options.target_half_width = 1e6;  // met at once
+  const RunResult loose =
+      Runner({tiny.model.get(), tiny.input, {}}, options).run(
+          {{"none", tiny.plain()}, {"again", tiny.plain()}});
+  EXPECT_TRUE(loose.converged);
+  EXPECT_EQ(loose.rounds, 6);
+  EXPECT_GE(loose.load_before, 0);  // /proc/loadavg exists on Linux
+  EXPECT_GE(loose.load_after, 0);
+}
+
+TEST(Runner, BusyMachineWarningNamesTheLoadItSaw) {
+  RunResult result;
+  result.load_before = 0.1;
+  result.load_after = 1.2;
+  EXPECT_FALSE(busy_machine_warning(result, 1).has_value());
+  result.load_before = 1.7;
+  const auto warning = busy_machine_warning(result, 1);
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("load average 1.7 before the run"), std::string::npos) << *warning;
+  result.load_before = 0.1;
+  result.load_after = 3.0;
+  ASSERT_TRUE(busy_machine_warning(result, 2).has_value());
+  EXPECT_NE(busy_machine_warning(result, 2)->find("3 at its end"), std::string::npos);
 }
 
 TEST(RegisterScenario, RejectsASecondScenarioOfTheSameName) {

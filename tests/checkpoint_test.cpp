@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "compat.h"
+#include "compat/compat.h"
 #include "remat/remat.h"
 #include "test_util.h"
 

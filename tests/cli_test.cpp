@@ -21,7 +21,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <remat/config.h>
+#if REMAT_WITH_DISTRIBUTED
 #include <remat/distributed.h>
+#endif
 #include <remat/planner.h>
 #include <torch/serialize.h>
 #include <nlohmann/json.hpp>
@@ -482,7 +485,10 @@ TEST(RematBinary, TrainMeasuresItsPredictionToTheByte) {
        {"--model mlp --layers 2 --hidden 32 --budget 100%",
         "--model mlp --layers 2 --hidden 32 --batch 64 --budget 100%",
         "--model mlp --layers 2 --hidden 32 --budget 70%",
-        "--model mlp --layers 2 --hidden 32 --budget 100% --nproc 2"}) {
+#if REMAT_WITH_DISTRIBUTED
+        "--model mlp --layers 2 --hidden 32 --budget 100% --nproc 2",
+#endif
+       }) {
     SCOPED_TRACE(flags);
     const ProcessResult result =
         run_remat("train " + flags + " --steps 3 --threads 1 --json");
@@ -876,6 +882,7 @@ const std::string kParallelMlpModel =
     "--steps 3 --log-every 1";
 const std::string kParallelMlp = kParallelMlpModel + " --strategy uniform:2";
 
+#if REMAT_WITH_DISTRIBUTED
 std::vector<torch::Tensor> load_parameters(const fs::path& path) {
   std::vector<torch::Tensor> values;
   torch::load(values, path.string());
@@ -1156,5 +1163,24 @@ TEST(RematBinary, AKilledWorkerMakesTheOtherExitWithinTheTimeout) {
   EXPECT_LT(seconds, 10) << err;
   EXPECT_NE(err.find("failed on rank 0 of 2"), std::string::npos) << err;
 }
+
+#else
+
+// Built without remat::distributed: the flags that need it are refused,
+// naming themselves and the build option, and nothing is trained.
+TEST(RematBinary, WithoutDistributedTheParallelFlagsSayWhy) {
+  for (const std::string flags :
+       {"train --model mlp --nproc 2", "train --model mlp --rank 0 --world-size 2",
+        "train --model mlp --shard", "explain --model mlp --shard 2"}) {
+    SCOPED_TRACE(flags);
+    const ProcessResult result = run_remat(flags + " --threads 1");
+    EXPECT_EQ(result.exit_code, 2) << describe(result);
+    const std::string flag = flags.substr(flags.find("--", flags.find("mlp")));
+    EXPECT_NE(result.err.find(flag.substr(0, flag.find(' ')) + ": this remat was built without distributed training"),
+              std::string::npos) << result.err;
+    EXPECT_NE(result.err.find("REMAT_BUILD_DISTRIBUTED=OFF"), std::string::npos) << result.err;
+  }
+}
+#endif  // REMAT_WITH_DISTRIBUTED
 
 }  // namespace

@@ -32,7 +32,7 @@
 #include <torch/torch.h>
 
 #include <models/mlp.h>
-#include "plan_executor.h"
+#include "planning/plan_executor.h"
 #include "remat/remat.h"
 #include "test_util.h"
 
@@ -603,6 +603,7 @@ std::string read_file(const fs::path& path) {
   return text.str();
 }
 
+#if REMAT_WITH_DISTRIBUTED  // the launcher is remat::distributed's
 /// Live (not zombie) processes whose environment names `launcher` as their
 /// REMAT_LAUNCHER_PID: the workers it started.
 std::vector<pid_t> workers_of(pid_t launcher) {
@@ -715,6 +716,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<int>& info) {
       return std::string(strsignal(info.param)).substr(0, 4) + std::to_string(info.param);
     });
+#endif  // REMAT_WITH_DISTRIBUTED
 
 /// Runs the tool to completion; its exit code, stdout and stderr.
 struct Finished {

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "offload.h"
+#include "offload/stores.h"
 #include "remat/remat.h"
 #include "test_util.h"
 

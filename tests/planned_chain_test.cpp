@@ -20,7 +20,7 @@
 #include <models/models.h>
 #include <torch/torch.h>
 
-#include "plan_executor.h"
+#include "planning/plan_executor.h"
 #include "remat/remat.h"
 #include "test_util.h"
 

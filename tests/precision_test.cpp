@@ -13,7 +13,7 @@
 #include <remat/precision.h>
 #include <torch/torch.h>
 
-#include "compat.h"
+#include "compat/compat.h"
 #include "test_util.h"
 
 namespace {

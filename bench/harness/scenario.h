@@ -32,11 +32,16 @@
 
 #include <CLI/CLI.hpp>
 
-#include "harness/machine.h"
-#include "harness/report.h"
-#include "harness/runner.h"
+#include "remat/measure/machine.h"
+#include "remat/measure/runner.h"
+#include "report/report.h"
 
 namespace remat::bench {
+
+// The benchmarks measure with remat::measure and report with remat::report;
+// every scenario names their types without the prefixes.
+using namespace remat::measure;
+using namespace remat::report;
 
 /// The flags common to every scenario, and where the run happens.
 struct Context {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "harness/statistics.h"
+#include "remat/measure/statistics.h"
 
 namespace remat::bench {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "harness/scenario.h"
-#include "harness/statistics.h"
+#include "remat/measure/statistics.h"
 #include "models/gpt.h"
 #include "remat/remat.h"
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "harness/scenario.h"
-#include "harness/statistics.h"
-#include "harness/timer.h"
+#include "remat/measure/statistics.h"
+#include "remat/measure/timer.h"
 #include "models/models.h"
 #include "remat/remat.h"
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "harness/scenario.h"
-#include "harness/timer.h"
+#include "remat/measure/timer.h"
 #include "remat/planner.h"
 
 namespace remat::bench {

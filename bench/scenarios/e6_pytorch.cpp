@@ -27,7 +27,7 @@
 //     input gradient dropped, seed set, meter restarted, forward + loss
 //     (mean(y^2)) timed, backward timed. Both processes count bytes with
 //     remat's tracking CPU allocator (NOTE: [Tracking allocator] in
-//     src/memory_meter.cpp): the Python process loads it from
+//     src/measure/memory_meter.cpp): the Python process loads it from
 //     libremat_meter.so over the same libc10, so peaks are comparable byte
 //     for byte.
 // The remat side may run on a GPU (--device cuda); the PyTorch side is

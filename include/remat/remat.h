@@ -4,7 +4,6 @@
 // remat/saved_tensor_hooks.h  SavedTensorHooks, install_engine
 // remat/policy.h              CheckpointPolicy, policies (selective)
 // remat/compress.h            CompressActivations (saved in bf16/fp16/int8)
-// remat/distributed.h         ProcessGroup, GradientSync (data parallel)
 // remat/offload.h             SaveOnCpu, SaveToFile (saved to host or a file)
 // remat/memory_meter.h        MemoryMeter, install_tracking_allocator
 // remat/precision.h           Precision, AutocastGuard (mixed precision)
@@ -13,13 +12,17 @@
 // remat/planned_chain.h       PlannedChain, auto_checkpoint, plan_within
 // remat/planned_sequential.h  PlannedSequential, auto_checkpoint
 // remat/fit.h                 fit_batch, fit_size (largest size under a cap)
+// remat/budget.h              Budget (bytes, a percentage, or none)
 // remat/planner.h             the torch-free planner (remat::planner)
+// remat/distributed.h         ProcessGroup, GradientSync, ShardedStages,
+//                             launch_local (when REMAT_WITH_DISTRIBUTED)
+// remat/config.h              how this remat was built
 #pragma once
 
 #include "remat/budget.h"
 #include "remat/checkpoint.h"
 #include "remat/compress.h"
-#include "remat/distributed.h"
+#include "remat/config.h"
 #include "remat/fit.h"
 #include "remat/memory_meter.h"
 #include "remat/offload.h"
@@ -31,3 +34,7 @@
 #include "remat/profile.h"
 #include "remat/saved_tensor_hooks.h"
 #include "remat/stage.h"
+
+#if REMAT_WITH_DISTRIBUTED
+#include "remat/distributed.h"
+#endif

@@ -30,9 +30,9 @@
 #include "cli_error.h"
 #include "commands.h"
 #include "gnuplot.h"
-#include "harness/machine.h"
-#include "harness/report.h"
-#include "harness/runner.h"
+#include "remat/measure/machine.h"
+#include "report/report.h"
+#include "remat/measure/runner.h"
 #include "runtime.h"
 #include "strategy.h"
 
@@ -46,7 +46,7 @@ struct BenchRow {
   std::optional<int64_t> budget_bytes;
   std::optional<PlanChoice> choice;  // nullopt: infeasible
   std::string status = "ok";
-  std::optional<bench::Measurement> measured;
+  std::optional<measure::Measurement> measured;
 };
 
 std::string file_stem(const planner::Strategy& strategy) {
@@ -117,9 +117,10 @@ std::vector<BenchRow> plan_rows(
   return rows;
 }
 
-// Runs every feasible row with the harness's Runner, "none" as the baseline;
-// fills row.measured (peaks in the chain's units: input bytes included).
-void measure(
+// Runs every feasible row with remat::measure's Runner, "none" as the
+// baseline; fills row.measured (peaks in the chain's units: input bytes
+// included). Returns the warning of a machine that was not idle, if any.
+std::optional<std::string> measure(
     std::vector<BenchRow>& rows,
     const BenchOptions& options,
     Workload& workload,
@@ -139,7 +140,7 @@ void measure(
   TORCH_INTERNAL_ASSERT(
       !order.empty() &&
       rows[order.front()].strategy.kind == planner::Strategy::Kind::kNone);
-  std::vector<bench::Configuration> configurations;
+  std::vector<measure::Configuration> configurations;
   for (const size_t index : order) {
     auto executor =
         std::make_shared<Executor>(model, *rows[index].choice, mode);
@@ -149,34 +150,34 @@ void measure(
            return executor->forward(input);
          }});
   }
-  bench::RunnerOptions runner_options;
+  measure::RunnerOptions runner_options;
   runner_options.warmup = static_cast<int>(options.warmup);
   runner_options.rounds = static_cast<int>(options.repeats);
   runner_options.seed = options.seed * 1000003ULL + 1;
-  bench::Runner runner(
+  measure::Runner runner(
       {model.get(),
        batch.inputs,
        [](const torch::Tensor& loss) { return loss; }},  // the last stage
       runner_options);
-  bench::RunResult result = runner.run(configurations);
+  measure::RunResult result = runner.run(configurations);
   for (size_t position = 0; position < order.size(); ++position) {
-    bench::Measurement measured = std::move(result.configurations[position]);
+    measure::Measurement measured = std::move(result.configurations[position]);
     measured.peak_bytes += input_bytes;
     rows[order[position]].measured = std::move(measured);
   }
+  return measure::busy_machine_warning(result, torch::get_num_threads());
 }
 
 // The rows as one table: the CSV's columns, the JSON's keys.
-bench::Table rows_table(const std::vector<BenchRow>& rows) {
-  const bench::Measurement* reference = nullptr;
+report::Table rows_table(const std::vector<BenchRow>& rows) {
+  const measure::Measurement* reference = nullptr;
   for (const BenchRow& row : rows) {
     if (row.strategy.kind == planner::Strategy::Kind::kNone && row.measured) {
       reference = &*row.measured;
     }
   }
   TORCH_INTERNAL_ASSERT(reference != nullptr);
-  const double reference_ms = reference->step().median;
-  bench::Table table;
+  report::Table table;
   table.name = "bench";
   table.columns = {
       "strategy",
@@ -194,15 +195,15 @@ bench::Table rows_table(const std::vector<BenchRow>& rows) {
       "extra_forwards",
       "grad_max_diff",
       "status"};
-  using bench::Cell;
+  using report::Cell;
   for (const BenchRow& row : rows) {
     std::vector<Cell> cells{
         Cell::text(row.strategy.to_string()),
         Cell::text(row.budget_label),
         row.budget_bytes ? Cell::bytes(*row.budget_bytes) : Cell::empty()};
     if (row.measured) {
-      const bench::Measurement& measured = *row.measured;
-      const bench::Summary step = measured.step();
+      const measure::Measurement& measured = *row.measured;
+      const measure::Summary step = measured.step();
       cells.insert(
           cells.end(),
           {Cell::bytes(row.choice->simulation.peak_bytes),
@@ -216,7 +217,7 @@ bench::Table rows_table(const std::vector<BenchRow>& rows) {
            Cell::number(step.max, 2),
            Cell::number(measured.forward().median, 2),
            Cell::number(measured.backward().median, 2),
-           Cell::ratio(step.median / std::max(1e-9, reference_ms)),
+           Cell::ratio_interval(measured.step_ratio(*reference)),
            Cell::integer(extra_forwards(row.choice->plan)),
            Cell::number(measured.max_grad_diff, 9)});
     } else {
@@ -379,18 +380,22 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
 
   // Measure, then rows, then render.
   std::vector<BenchRow> rows = plan_rows(options, chain, strategies);
-  measure(rows, options, workload, batch, mode, chain.input_bytes());
-  const bench::Table table = rows_table(rows);
+  const std::optional<std::string> busy =
+      measure(rows, options, workload, batch, mode, chain.input_bytes());
+  if (busy) {
+    io.err << "warning: " << *busy << '\n';
+  }
+  const report::Table table = rows_table(rows);
 
   make_folder("--out", options.out);
-  write_text_file("--out", options.out + "/bench.csv", bench::to_csv(table));
+  write_text_file("--out", options.out + "/bench.csv", report::to_csv(table));
   const std::string plot_error =
       write_plot(rows, options, static_cast<int64_t>(model->size()));
-  const std::string text_table = bench::to_text(table);
+  const std::string text_table = report::to_text(table);
 
   std::ostringstream summary;
   summary << "# remat bench report\n\n"
-          << "Run " << bench::describe_machine().to_string() << ".\n\n"
+          << "Run " << measure::describe_machine().to_string() << ".\n\n"
           << "Command:\n\n```\n"
           << command_line(options) << "\n```\n\n"
           << "Model: " << workload.description() << ". No-checkpoint "
@@ -403,7 +408,7 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
                         "![step time against activation peak](plot.png)\n\n")
                   : "No plot: " + plot_error + "\n\n")
           << "Rows: [bench.csv](bench.csv).\n\n"
-          << bench::to_markdown(table);
+          << report::to_markdown(table);
   write_text_file("--out", options.out + "/README.md", summary.str());
 
   if (options.json) {

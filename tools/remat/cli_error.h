@@ -34,6 +34,15 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Throws the UsageError of a flag (or setting) that needs remat::distributed
+/// in a remat built without it (REMAT_BUILD_DISTRIBUTED=OFF), naming it.
+[[noreturn]] inline void throw_without_distributed(const std::string& flag) {
+  throw UsageError(
+      flag + ": this remat was built without distributed training "
+      "(REMAT_BUILD_DISTRIBUTED=OFF, or Gloo's headers were missing: install "
+      "libgloo-dev and configure again)");
+}
+
 /// No plan of the requested strategy fits the budget. The message states the
 /// budget and the minimum feasible budget (where it is computed).
 class InfeasibleBudgetError : public std::runtime_error {

@@ -13,7 +13,10 @@
 #include <iomanip>
 #include <sstream>
 
+#include <remat/config.h>
+#if REMAT_WITH_DISTRIBUTED
 #include <remat/distributed.h>
+#endif
 #include <remat/planned_sequential.h>
 #include <remat/profile.h>
 #include <nlohmann/json.hpp>
@@ -148,6 +151,11 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
   const Budget budget = Budget::parse(options.budget.budget);
   std::optional<planner::Chain> chain;
   std::string source;
+#if !REMAT_WITH_DISTRIBUTED
+  if (options.shard > 0) {
+    throw_without_distributed("--shard");
+  }
+#endif
   if (!options.chain_path.empty()) {
     if (options.shard > 0) {
       throw UsageError(
@@ -184,6 +192,7 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
               selective_policy(options.selective)));
     }
     source = workload.description() + "; " + precision_name(precision);
+#if REMAT_WITH_DISTRIBUTED
     if (options.shard > 0) {
       chain = distributed::sharded_chain(
           *chain, stages_of(model), options.shard);
@@ -191,6 +200,7 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
                 ", sharded (local batch " +
                 std::to_string(options.model.batch / options.shard) + ")";
     }
+#endif
   }
   const PlanChoice choice = choose_plan(
       *chain, strategy, budget, options.budget.origin(), options.budget.slots);

@@ -176,13 +176,22 @@ Trainer::Trainer(
     Mode mode,
     const OptimizerChoice& optimizer,
     std::optional<CompressOptions> compress,
-    Precision precision,
+    Precision precision
+#if REMAT_WITH_DISTRIBUTED
+    ,
     std::optional<distributed::ProcessGroup> group,
-    bool shard)
+    bool shard
+#endif
+    )
     : model_(model),
       compress_(compress),
-      precision_(precision),
-      group_(std::move(group)) {
+      precision_(precision)
+#if REMAT_WITH_DISTRIBUTED
+      ,
+      group_(std::move(group))
+#endif
+{
+#if REMAT_WITH_DISTRIBUTED
   TORCH_CHECK(!shard || group_, "remat: sharded training needs a group");
   if (shard) {
     sharded_ = std::make_unique<distributed::ShardedStages>(
@@ -192,20 +201,25 @@ Trainer::Trainer(
     optimizer_ = make_optimizer(optimizer, sharded_->shards());
     return;
   }
+#endif
   executor_ = std::make_unique<Executor>(model_, choice, mode);
   optimizer_ = make_optimizer(optimizer, model_->parameters());
+#if REMAT_WITH_DISTRIBUTED
   if (group_) {
     sync_ = std::make_unique<distributed::GradientSync>(
         model_->parameters(), *group_);
   }
+#endif
 }
 
 void Trainer::with_full_parameters(const std::function<void()>& use) {
+#if REMAT_WITH_DISTRIBUTED
   if (sharded_) {
     sharded_->with_full_parameters(use);
-  } else {
-    use();
+    return;
   }
+#endif
+  use();
 }
 
 int64_t held_bytes(const std::vector<torch::Tensor>& tensors) {
@@ -232,6 +246,7 @@ StepResult Trainer::step(
     const Batch& batch, uint64_t seed, bool update) {
   model_->train();
   std::vector<torch::Tensor> held = model_->parameters();
+#if REMAT_WITH_DISTRIBUTED
   if (sharded_) {
     zero_gradients(sharded_->shards());
     const std::vector<torch::Tensor> shards = sharded_->shards();
@@ -239,6 +254,9 @@ StepResult Trainer::step(
   } else {
     zero_gradients(held);
   }
+#else
+  zero_gradients(held);
+#endif
   torch::manual_seed(seed);
   StepResult result;
   result.parameter_state_bytes = held_bytes(held);
@@ -258,12 +276,14 @@ StepResult Trainer::step(
     result.forward_ms = elapsed_ms(forward_start);
     const auto backward_start = Clock::now();
     loss.backward();
+#if REMAT_WITH_DISTRIBUTED
     if (sync_) {
       sync_->finish();
     }
     if (sharded_) {
       sharded_->finish();
     }
+#endif
     result.backward_ms = elapsed_ms(backward_start);
     // The loss value (the chain's output, which this step holds) and the
     // gradient that seeds backward (which autograd holds) stay alive to the
@@ -273,12 +293,14 @@ StepResult Trainer::step(
         meter_.peak_delta_bytes() - 2 * static_cast<int64_t>(loss.nbytes());
     result.loss = loss.item<double>();
   }
+#if REMAT_WITH_DISTRIBUTED
   if (group_) {
     torch::Tensor losses = torch::tensor({result.loss}, torch::kDouble);
     group_->allreduce_sum(losses).wait();
     result.loss =
         losses.item<double>() / static_cast<double>(group_->world_size());
   }
+#endif
   if (update) {
     optimizer_->step();
   }

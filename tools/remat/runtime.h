@@ -38,7 +38,10 @@
 
 #include <remat/checkpoint.h>
 #include <remat/compress.h>
+#include <remat/config.h>
+#if REMAT_WITH_DISTRIBUTED
 #include <remat/distributed.h>
+#endif
 #include <remat/memory_meter.h>
 #include <remat/planned_sequential.h>
 #include <remat/planner.h>
@@ -125,7 +128,8 @@ class Trainer {
  public:
   /// With `compress`, the forward runs under a CompressActivations guard.
   /// Forward, loss and backward run under an AutocastGuard for the CPU in
-  /// `precision` (its default options: no cast cache). With `group`, the
+  /// `precision` (its default options: no cast cache). With `group` (only
+  /// when remat was built with remat::distributed), the
   /// gradients are averaged over its ranks (distributed::GradientSync), or,
   /// with `shard`, the model is sharded over them (distributed::
   /// ShardedStages: the executor runs its stages, AdamW updates its shards).
@@ -136,9 +140,13 @@ class Trainer {
       Mode mode,
       const OptimizerChoice& optimizer,
       std::optional<CompressOptions> compress = std::nullopt,
-      Precision precision = Precision::kFloat32,
+      Precision precision = Precision::kFloat32
+#if REMAT_WITH_DISTRIBUTED
+      ,
       std::optional<distributed::ProcessGroup> group = std::nullopt,
-      bool shard = false);
+      bool shard = false
+#endif
+  );
   /// Forward through the training model (its last stage is the loss, with
   /// `batch`'s targets: workload.h), backward (measured), then the
   /// optimizer step when `update` is true. Reseeds the global RNG with
@@ -156,13 +164,17 @@ class Trainer {
 
  private:
   torch::nn::Sequential model_;
+#if REMAT_WITH_DISTRIBUTED
   std::unique_ptr<distributed::ShardedStages> sharded_;
+#endif
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::optional<CompressOptions> compress_;
   Precision precision_;
+#if REMAT_WITH_DISTRIBUTED
   std::optional<distributed::ProcessGroup> group_;
   std::unique_ptr<distributed::GradientSync> sync_;
+#endif
   MemoryMeter meter_;
 };
 

@@ -42,7 +42,10 @@
 #include <optional>
 #include <sstream>
 
+#include <remat/config.h>
+#if REMAT_WITH_DISTRIBUTED
 #include <remat/distributed.h>
+#endif
 #include <remat/profile.h>
 #include <torch/serialize.h>
 #include <nlohmann/json.hpp>
@@ -251,24 +254,55 @@ std::vector<std::string> worker_arguments(
 
 /// This process's part in data-parallel training.
 struct Parallel {
+#if REMAT_WITH_DISTRIBUTED
   std::optional<distributed::ProcessGroup> group;
+#endif
   int64_t rank = 0;
   int64_t world_size = 1;
 
+  /// Whether this process trains in a group.
+  bool joined() const {
+#if REMAT_WITH_DISTRIBUTED
+    return group.has_value();
+#else
+    return false;
+#endif
+  }
+
   /// This rank's slice of a global batch.
   Batch slice(const Batch& batch) const {
-    if (!group) {
-      return batch;
+#if REMAT_WITH_DISTRIBUTED
+    if (group) {
+      return {
+          distributed::local_slice(batch.inputs, *group),
+          distributed::local_slice(batch.targets, *group)};
     }
-    return {
-        distributed::local_slice(batch.inputs, *group),
-        distributed::local_slice(batch.targets, *group)};
+#endif
+    return batch;
   }
 };
 
 /// Joins the group named by --rank or by the environment, if any.
 Parallel join_group(const TrainOptions& options) {
   Parallel parallel;
+#if !REMAT_WITH_DISTRIBUTED
+  // Built without remat::distributed: the flags that ask for a group say so,
+  // and so does an environment set up by torchrun (else each worker would
+  // train alone, unaware of the others).
+  if (options.rank >= 0) {
+    throw_without_distributed("--rank");
+  }
+  if (options.world_size > 0) {
+    throw_without_distributed("--world-size");
+  }
+  if (options.shard) {
+    throw_without_distributed("--shard");
+  }
+  if (std::getenv("WORLD_SIZE") != nullptr) {
+    throw_without_distributed("the environment's WORLD_SIZE (torchrun)");
+  }
+  return parallel;
+#else
   const auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(options.timeout_s * 1000)));
   distributed::GroupOptions group_options;
@@ -314,6 +348,7 @@ Parallel join_group(const TrainOptions& options) {
   parallel.rank = parallel.group->rank();
   parallel.world_size = parallel.group->world_size();
   return parallel;
+#endif
 }
 
 /// What one `remat train` run measured.
@@ -397,6 +432,7 @@ TrainRun measure_training(
   // The model and its loss, planned as one chain (workload.h).
   torch::nn::Sequential model = workload.training_model();
   run.model = workload.description();
+#if REMAT_WITH_DISTRIBUTED
   if (parallel.group) {
     parallel.group->check_same(
         "the model and its flags",
@@ -408,6 +444,7 @@ TrainRun measure_training(
             ", seed " + std::to_string(options.seed));
     distributed::broadcast_parameters(model->parameters(), *parallel.group);
   }
+#endif
   if (human) {
     io.out << "model     " << run.model << '\n';
     io.out << "precision " << precision_name(run.precision)
@@ -432,9 +469,13 @@ TrainRun measure_training(
         model,
         probe.inputs,
         ProfileOptions().selective_policy(selective_policy(options.selective)));
-    return options.shard ? distributed::sharded_chain(
-                               profiled, stages_of(model), parallel.world_size)
-                         : profiled;
+#if REMAT_WITH_DISTRIBUTED
+    if (options.shard) {
+      return distributed::sharded_chain(
+          profiled, stages_of(model), parallel.world_size);
+    }
+#endif
+    return profiled;
   }();
   run.input_bytes = chain.input_bytes();
   run.choice = choose_plan(
@@ -444,6 +485,7 @@ TrainRun measure_training(
       options.budget.origin(),
       options.budget.slots);
   run.choice.selective_policy = selective_policy(options.selective);
+#if REMAT_WITH_DISTRIBUTED
   if (parallel.group) {
     run.choice.plan = planner::plan_from_json(
         parallel.group->share(planner::to_json(run.choice.plan)));
@@ -455,6 +497,7 @@ TrainRun measure_training(
           run.choice.simulation.error);
     }
   }
+#endif
   const PlanChoice& choice = run.choice;
   if (human) {
     io.out << "budget    "
@@ -485,7 +528,7 @@ TrainRun measure_training(
   }
 
   const bool with_baseline =
-      !options.no_baseline && options.baseline_steps > 0 && !parallel.group;
+      !options.no_baseline && options.baseline_steps > 0 && !parallel.joined();
   run.baseline_steps =
       with_baseline ? std::min(options.baseline_steps, options.steps) : 0;
   std::optional<Trainer> baseline;
@@ -513,9 +556,14 @@ TrainRun measure_training(
       mode,
       OptimizerChoice{options.optimizer, options.lr},
       parse_compress(options.compress),
-      run.precision,
+      run.precision
+#if REMAT_WITH_DISTRIBUTED
+      ,
       parallel.group,
-      options.shard);
+      options.shard
+#endif
+  );
+#if REMAT_WITH_DISTRIBUTED
   if (human && parallel.group) {
     const distributed::GroupOptions& group = parallel.group->options();
     io.out << "parallel  " << parallel.world_size << " ranks (Gloo, rendezvous "
@@ -532,6 +580,7 @@ TrainRun measure_training(
                    : std::string(", gradients averaged during backward"))
            << "; no baseline run\n";
   }
+#endif
   if (human) {
     io.out << "executor  " << trainer.executor().description() << "; "
            << options.steps << " steps";
@@ -738,6 +787,9 @@ void render_text(
 
 void run_train(const TrainOptions& options, const CommandIo& io) {
   if (options.nproc > 0) {
+#if !REMAT_WITH_DISTRIBUTED
+    throw_without_distributed("--nproc");
+#else
     if (options.rank >= 0 || options.world_size > 0) {
       throw UsageError(
           "--nproc: launches local workers; --rank and --world-size are for "
@@ -762,6 +814,7 @@ void run_train(const TrainOptions& options, const CommandIo& io) {
           result.exit_code);
     }
     return;
+#endif
   }
   apply_threads(options.threads);
   if (options.steps < 1) {

@@ -1,0 +1,140 @@
+// checkpoint_reentrant.cpp: the reentrant checkpoint, a custom autograd
+// function.
+//
+// Forward runs the region with grad mode off and keeps only its inputs (as
+// saved variables, so an enclosing non-reentrant checkpoint packs them).
+// Backward re-runs the region with grad mode on from detached copies of the
+// inputs, under the forward's RNG and autocast state, then runs a nested
+// ("reentrant") backward through the recomputed graph: input gradients are
+// read off the detached inputs, and parameters captured by the region receive
+// theirs by accumulation, as in a plain backward.
+//
+// Limits (documented in checkpoint.h): gradients flow only if some input
+// requires grad; torch::autograd::grad / backward(inputs=...) are refused,
+// because the nested backward would accumulate into .grad of parameters
+// instead of returning them; no early stop; the recomputation check compares
+// outputs rather than saved tensors.
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
+
+#include "checkpoint_impl.h"
+#include "recompute_check.h"
+#include "recompute_context.h"
+#include "selective/selective.h"
+
+namespace remat::detail {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+/// Everything backward needs besides the inputs; carried in the autograd
+/// context as a capsule.
+struct ReentrantState : torch::CustomClassHolder {
+  ReentrantState(
+      remat::Function fn, CheckpointOptions options, RecomputeContext replay)
+      : fn(std::move(fn)),
+        options(std::move(options)),
+        replay(std::move(replay)) {}
+  remat::Function fn;
+  CheckpointOptions options;
+  RecomputeContext replay;
+  std::vector<TensorRecord> outputs;
+};
+
+constexpr const char* kStateKey = "remat_state";
+
+struct ReentrantCheckpoint
+    : public torch::autograd::Function<ReentrantCheckpoint> {
+  static variable_list forward(
+      AutogradContext* ctx,
+      c10::intrusive_ptr<ReentrantState> state,
+      at::TensorList inputs) {
+    ctx->save_for_backward(inputs.vec());
+    // An enclosing selective region does not see inside this one.
+    SelectiveScope suspend_selective(nullptr, nullptr);
+    // Casts made here, without grad, must not be reused by the recomputation.
+    UncachedAutocast uncached;
+    variable_list outputs = state->fn(inputs.vec());
+    check_outputs(outputs);
+    variable_list non_differentiable;
+    for (const auto& output : outputs) {
+      state->outputs.emplace_back(output, state->options.determinism_check());
+      if (!output.is_floating_point() && !output.is_complex()) {
+        non_differentiable.push_back(output);
+      }
+    }
+    ctx->mark_non_differentiable(non_differentiable);
+    ctx->saved_data[kStateKey] = c10::IValue::make_capsule(state);
+    return outputs;
+  }
+
+  static variable_list backward(
+      AutogradContext* ctx, variable_list grad_outputs) {
+    TORCH_CHECK(
+        torch::autograd::Engine::get_default_engine().is_checkpoint_valid(),
+        "remat::checkpoint: Mode::kReentrant does not support "
+        "torch::autograd::grad or backward with explicit inputs; use "
+        "Mode::kNonReentrant (the default)");
+    auto state = c10::static_intrusive_pointer_cast<ReentrantState>(
+        ctx->saved_data.at(kStateKey).toCapsule());
+    // Unpacking checks that no input was modified in place since forward.
+    variable_list inputs = detach_inputs(ctx->get_saved_variables());
+
+    variable_list outputs;
+    {
+      RecomputeGuard guard(state->replay, state->options.preserve_buffers_of());
+      SelectiveScope suspend_selective(nullptr, nullptr);
+      outputs = state->fn(inputs);
+    }
+    check_recomputed_outputs(
+        outputs, state->outputs, state->options.determinism_check());
+    variable_list roots;
+    variable_list root_grads;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].requires_grad() && grad_outputs[i].defined()) {
+        roots.push_back(outputs[i]);
+        root_grads.push_back(grad_outputs[i]);
+      }
+    }
+    if (!roots.empty()) {
+      torch::autograd::backward(roots, root_grads);
+    }
+
+    variable_list grads;
+    grads.reserve(inputs.size() + 1);
+    grads.emplace_back();  // the state argument
+    for (const auto& input : inputs) {
+      grads.push_back(
+          input.defined() && input.requires_grad() ? input.grad()
+                                                   : at::Tensor());
+    }
+    return grads;
+  }
+};
+
+}  // namespace
+
+variable_list checkpoint_reentrant(
+    const Function& fn,
+    const variable_list& inputs,
+    const CheckpointOptions& options) {
+  bool any_requires_grad = false;
+  for (const auto& input : inputs) {
+    any_requires_grad |= input.defined() && input.requires_grad();
+  }
+  if (!any_requires_grad) {
+    TORCH_WARN_ONCE(
+        "remat::checkpoint: Mode::kReentrant with no input requiring grad: "
+        "no gradient will flow into the region (parameters it uses get "
+        "none). Use Mode::kNonReentrant, or make an input require grad");
+  }
+  auto state = c10::make_intrusive<ReentrantState>(
+      fn, options, RecomputeContext(inputs, options.preserve_rng_state()));
+  return ReentrantCheckpoint::apply(state, at::TensorList(inputs));
+}
+
+}  // namespace remat::detail

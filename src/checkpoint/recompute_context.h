@@ -1,0 +1,143 @@
+// recompute_context.h (private): what a recomputation must reproduce, and the
+// guard that reproduces it.
+//
+// NOTE: [Recompute and RNG]
+// A checkpointed region runs twice: once in forward, once in backward. For the
+// two runs to be the same computation (dropout masks included), the second
+// must start from the RNG state the first started from. `RecomputeContext`
+// captures, at forward time, the CPU generator's state and the state of the
+// CUDA generator of every device among the region's inputs, plus the autocast
+// state. `RecomputeGuard` installs them for the recomputation and restores the
+// ambient RNG and autocast state afterwards, even on error, so user code after
+// backward sees the RNG stream as if no recomputation had happened.
+//
+// NOTE: [Recompute and module state]
+// Recomputing a region that runs BatchNorm in training mode would update its
+// running statistics a second time. `RecomputeGuard` copies the buffers of the
+// modules named in CheckpointOptions::preserve_buffers_of before the
+// recomputation and copies them back afterwards (even on error). Where the
+// first forward was watched (BufferWrites, as the plan executor does for
+// each stage), only the buffers of the submodules whose buffers that forward
+// wrote are copied: a BatchNorm's statistics, not a model's constant causal
+// mask of seq_len^2 bytes, which a copy at every recomputation would add to
+// the peak for nothing. A submodule counts as written when the version
+// counter of any of its own buffers moved (num_batches_tracked moves with a
+// BatchNorm's statistics); all of its own buffers are then copied.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+
+#include "compat/compat.h"
+
+namespace remat::detail {
+
+/// The submodules of `modules` (recursively, each once) with the version of
+/// each of their own buffers at construction; written() names those with a
+/// buffer whose version has moved since (NOTE: [Recompute and module state]).
+class BufferWrites {
+ public:
+  explicit BufferWrites(
+      const std::vector<std::shared_ptr<torch::nn::Module>>& modules);
+  std::vector<std::shared_ptr<torch::nn::Module>> written() const;
+
+ private:
+  struct Watched {
+    std::shared_ptr<torch::nn::Module> module;
+    std::vector<std::pair<at::Tensor, int64_t>> versions;
+  };
+  std::vector<Watched> watched_;
+};
+
+/// The bytes of the own (non-recursive) buffers of `modules`.
+int64_t own_buffer_bytes(
+    const std::vector<std::shared_ptr<torch::nn::Module>>& modules);
+
+/// The state a recomputation replays, captured at forward time.
+class RecomputeContext {
+ public:
+  /// Captures RNG state (if `preserve_rng`) for CPU and the CUDA devices of
+  /// `inputs`, and the autocast state.
+  RecomputeContext(
+      const torch::autograd::variable_list& inputs, bool preserve_rng);
+
+  /// After the first forward: its recomputations copy only the buffers of
+  /// `writes.written()` (NOTE: [Recompute and module state]).
+  void note_buffer_writes(const BufferWrites& writes);
+
+ private:
+  friend class RecomputeGuard;
+  // States are kept as plain memory, never as tensors, and are captured and
+  // restored without making one: a tensor would be counted by the tracking
+  // allocator (5 KiB per CPU generator, get_state()'s transient) and show as
+  // a peak the memory model does not have, at the first forward of a planned
+  // stage or at a recomputation (NOTE: [Plan execution] in
+  // plan_executor.cpp). The CPU generator's engine is copied as it is; other
+  // generators (CUDA: 16 bytes of seed and offset) go through get_state().
+  struct GeneratorState {
+    at::Generator generator;
+    std::optional<at::mt19937> cpu_engine;  // CPU generators
+    decltype(std::declval<at::CPUGeneratorImpl&>()
+                 .next_float_normal_sample()) cpu_float_sample;
+    decltype(std::declval<at::CPUGeneratorImpl&>()
+                 .next_double_normal_sample()) cpu_double_sample;
+    std::vector<uint8_t> state_bytes;  // other generators
+  };
+  static GeneratorState capture(const at::Generator& generator);
+  static void restore(GeneratorState& saved);
+  std::vector<GeneratorState> rng_states_;
+  compat::AutocastState autocast_;
+  // Set by note_buffer_writes: the submodules whose own buffers are copied.
+  std::optional<std::vector<std::shared_ptr<torch::nn::Module>>> written_;
+};
+
+/// RAII: for the lifetime of the guard, this thread recomputes a region:
+/// RNG and autocast state as in `replay`, grad mode on, is_recomputing()
+/// true, buffers of `modules` saved (and restored at the end; null entries
+/// are skipped).
+class RecomputeGuard {
+ public:
+  RecomputeGuard(
+      const RecomputeContext& replay,
+      const std::vector<std::shared_ptr<torch::nn::Module>>& modules);
+  ~RecomputeGuard();
+  RecomputeGuard(const RecomputeGuard&) = delete;
+  RecomputeGuard& operator=(const RecomputeGuard&) = delete;
+
+ private:
+  std::vector<RecomputeContext::GeneratorState> ambient_rng_;
+  compat::AutocastState ambient_autocast_;
+  c10::AutoGradMode grad_mode_{true};
+  std::vector<std::pair<at::Tensor, at::Tensor>> buffer_backups_;
+};
+
+/// RAII: autocast's cast cache is off for the guard's lifetime (the rest of
+/// the autocast state is untouched). For a region's first forward when it
+/// runs with grad mode off: a cast cached there has no gradient history, and
+/// a recomputation under the same autocast region would reuse it, so the
+/// parameters behind it would get no gradient (LibTorch 1.13, checked).
+class UncachedAutocast {
+ public:
+  UncachedAutocast();
+  ~UncachedAutocast();
+  UncachedAutocast(const UncachedAutocast&) = delete;
+  UncachedAutocast& operator=(const UncachedAutocast&) = delete;
+
+ private:
+  bool was_enabled_;
+};
+
+/// Detached copies of `inputs` with each one's requires_grad preserved: the
+/// leaves a recomputation starts from.
+torch::autograd::variable_list detach_inputs(
+    const torch::autograd::variable_list& inputs);
+
+}  // namespace remat::detail

@@ -1,0 +1,400 @@
+// plan_executor.cpp: one autograd node that executes a whole plan.
+//
+// NOTE: [Plan execution]
+// run_plan() executes the plan's forward phase (every op before the first
+// kBackward) and returns the chain output x_L, whose grad_fn is a
+// PlanBackward node; that node's apply() executes the rest of the plan. The
+// executor mirrors planner::Replay op by op: after each op it drops every
+// value and record the memory model no longer holds (NOTE: [The memory model]
+// in src/planner/simulate.cpp), so what is alive is exactly what simulate()
+// counts:
+//  - kForwardNoSave / kForwardCheckpoint run the stage under no-grad on the
+//    held x_i and hold x_{i+1} as a plain tensor.
+//  - kForwardRecord runs the stage with grad on a detached leaf aliasing x_i
+//    (requiring grad unless x_i is a non-float or an input that does not), so
+//    the stage's graph is kept apart from the caller's; R_i = (leaf, output),
+//    and x_{i+1} is an alias of that output.
+//  - kForwardSelective does the same inside a non-reentrant checkpoint region
+//    with the chain's selective policy (record_stage): R_i holds only what
+//    the policy keeps, and the stage's backward starts by recomputing the
+//    rest (the region's own recomputation, which preserves the buffers).
+//  - kBackward runs the stage's backward from output_i with g_{i+1}
+//    (run_stage_backward); g_i is read from the leaf's .grad. The executor
+//    hands x_{i+1} and g_{i+1} over to autograd instead of holding them for
+//    the whole stage backward, so each is freed as soon as the node that
+//    uses it has run, as in a plain backward (the model's R_i and g_{i+1} are
+//    gone by the end of the op either way; profile_chain measures
+//    backward_tmp_bytes the same way). Parameters accumulate their gradients
+//    there, so the outer backward must be a plain backward
+//    (torch::autograd::grad is refused, as in the reentrant checkpoint).
+// The incoming gradient g_L is taken out of the engine's input list, so it is
+// freed after the backward of stage L-1 exactly as the model says (a
+// torch::autograd::Function would keep a copy for the whole backward).
+//
+// RNG and module state (NOTE: [Recompute and RNG] in recompute_context.h): the
+// first forward of each stage captures a RecomputeContext (RNG states as plain
+// bytes, so nothing extra is counted by the tracking allocator; autocast);
+// every later forward of that stage replays it under a RecomputeGuard that
+// restores the stage module's buffers afterwards, so dropout masks repeat and
+// BatchNorm running statistics are updated once per step.
+#include "plan_executor.h"
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/Context.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+
+#include "compat/compat.h"
+#include "checkpoint/recompute_context.h"
+#include "remat/checkpoint.h"
+#include "remat/planner/simulate.h"
+
+namespace remat::detail {
+namespace {
+
+using planner::OpKind;
+
+/// What a recorded forward of one stage leaves alive for its backward.
+struct StageRecord {
+  torch::Tensor input;   // leaf aliasing x_i
+  torch::Tensor output;  // x_{i+1}, carrying the stage's graph
+};
+
+/// The state of one execution of a plan: one per forward() call.
+class PlanExecution {
+ public:
+  PlanExecution(
+      std::shared_ptr<const std::vector<Stage>> stages,
+      const planner::Plan& plan,
+      const torch::Tensor& input,
+      Policy selective_policy)
+      : plan_(plan),
+        selective_policy_(std::move(selective_policy)),
+        chain_(unit_chain(static_cast<int64_t>(stages->size()))),
+        replay_(chain_),
+        input_requires_grad_(input.requires_grad()),
+        stages_(std::move(stages)) {
+    const int64_t stages_count = chain_.size();
+    values_.resize(stages_count + 1);
+    records_.resize(stages_count);
+    first_forward_.resize(stages_count);
+    values_[0] = input.detach();
+  }
+  PlanExecution(const PlanExecution&) = delete;
+  PlanExecution& operator=(const PlanExecution&) = delete;
+
+  /// Runs the ops before the first backward; returns x_L with its graph.
+  torch::Tensor run_forward_phase() {
+    while (next_op_ < plan_.ops.size() &&
+           plan_.ops[next_op_].kind != OpKind::kBackward) {
+      run_op(plan_.ops[next_op_++]);
+    }
+    const int64_t last = chain_.size() - 1;
+    TORCH_INTERNAL_ASSERT(replay_.recorded(last));
+    return records_[last].output;
+  }
+
+  /// Runs the remaining ops with `grad_output` as g_L; returns g_0.
+  torch::Tensor run_backward_phase(torch::Tensor grad_output) {
+    grad_ = std::move(grad_output);
+    while (next_op_ < plan_.ops.size()) {
+      run_op(plan_.ops[next_op_++]);
+    }
+    TORCH_INTERNAL_ASSERT(replay_.finished());
+    return std::move(grad_);
+  }
+
+ private:
+  void run_op(const planner::Op& op) {
+    const int64_t i = op.stage;
+    if (op.kind == OpKind::kBackward) {
+      run_backward(i);
+    } else if (
+        op.kind == OpKind::kForwardRecord ||
+        op.kind == OpKind::kForwardSelective) {
+      StageRecord record;
+      record.input = values_[i].detach();
+      if (record.input.is_floating_point() && (i > 0 || input_requires_grad_)) {
+        record.input.requires_grad_(true);
+      }
+      record.output = forward_stage(i, record.input, op.kind);
+      values_[i + 1] = record.output.detach();
+      records_[i] = std::move(record);
+    } else {
+      values_[i + 1] = forward_stage(i, values_[i], op.kind);
+    }
+    const std::string error = replay_.apply(op);
+    TORCH_INTERNAL_ASSERT(error.empty(), "plan op rejected: ", error);
+    release_unheld(i);
+  }
+
+  void run_backward(int64_t i) {
+    StageRecord record = std::move(records_[i]);
+    records_[i] = StageRecord{};
+    // x_{i+1} is an alias of the record's output: let autograd free it.
+    values_[i + 1] = torch::Tensor();
+    torch::Tensor grad_output = std::move(grad_);
+    if (grad_output.defined() && record.output.requires_grad()) {
+      run_stage_backward(std::move(record.output), std::move(grad_output));
+    }
+    if (record.input.requires_grad()) {
+      grad_ = record.input.grad();
+    }
+  }
+
+  /// Runs stage i on `input`; replays its first forward's RNG state and
+  /// restores its buffers if it ran before (NOTE: [Recompute and RNG]).
+  torch::Tensor forward_stage(
+      int64_t i, const torch::Tensor& input, OpKind kind) {
+    if (!first_forward_[i]) {
+      first_forward_[i].emplace(
+          torch::autograd::variable_list{input}, /*preserve_rng=*/true);
+      const BufferWrites writes({(*stages_)[i].module});
+      torch::Tensor output = call_stage(i, input, kind);
+      first_forward_[i]->note_buffer_writes(writes);
+      return output;
+    }
+    RecomputeGuard guard(*first_forward_[i], {(*stages_)[i].module});
+    return call_stage(i, input, kind);
+  }
+
+  torch::Tensor call_stage(int64_t i, const torch::Tensor& input, OpKind kind) {
+    const Stage& stage = (*stages_)[i];
+    if (kind == OpKind::kForwardRecord) {
+      return record_stage(stage, i, input, Policy{});
+    }
+    if (kind == OpKind::kForwardSelective) {
+      return record_stage(stage, i, input, selective_policy_);
+    }
+    c10::NoGradGuard no_grad;
+    UncachedAutocast uncached;  // a cast cached here has no history
+    return stage_output(stage.forward(input), i);
+  }
+
+  /// Drops x_i, x_{i+1} and R_i if the model no longer holds them.
+  void release_unheld(int64_t i) {
+    for (int64_t v : {i, i + 1}) {
+      if (replay_.holding(v) == planner::Replay::Holding::kAbsent) {
+        values_[v] = torch::Tensor();
+      }
+    }
+    if (!replay_.recorded(i)) {
+      records_[i] = StageRecord{};
+    }
+  }
+
+  const planner::Plan plan_;
+  const Policy selective_policy_;  // what kForwardSelective keeps
+  const planner::Chain chain_;
+  planner::Replay replay_;  // points into chain_; never moved
+  bool input_requires_grad_;
+  size_t next_op_ = 0;
+  const std::shared_ptr<const std::vector<Stage>> stages_;
+  std::vector<torch::Tensor> values_;  // x_v while held, else undefined
+  std::vector<StageRecord> records_;   // R_i while recorded
+  std::vector<std::optional<RecomputeContext>> first_forward_;  // RNG, autocast
+  torch::Tensor grad_;  // the gradient in flight
+};
+
+/// The root of a stage backward: it owns the incoming gradient and hands it
+/// to the engine without keeping a reference (see run_stage_backward).
+class GradientRoot : public torch::autograd::Node {
+ public:
+  GradientRoot(torch::Tensor grad, torch::autograd::Edge next)
+      : torch::autograd::Node(torch::autograd::edge_list{std::move(next)}),
+        grad_(std::move(grad)) {}
+
+  torch::autograd::variable_list apply(
+      torch::autograd::variable_list&& /*trigger*/) override {
+    return {std::move(grad_)};
+  }
+
+  std::string name() const override {
+    return "remat::GradientRoot";
+  }
+
+ private:
+  torch::Tensor grad_;
+};
+
+/// The grad_fn of a planned forward's output: runs the backward phase.
+class PlanBackward : public torch::autograd::Node {
+ public:
+  explicit PlanBackward(std::shared_ptr<PlanExecution> execution)
+      : execution_(std::move(execution)) {}
+
+  torch::autograd::variable_list apply(
+      torch::autograd::variable_list&& grads) override {
+    TORCH_CHECK(
+        torch::autograd::Engine::get_default_engine().is_checkpoint_valid(),
+        "remat::PlannedChain: backward accumulates parameter gradients "
+        "itself, so torch::autograd::grad and backward(inputs=...) are not "
+        "supported; call backward() on a loss");
+    TORCH_CHECK(
+        execution_ != nullptr,
+        "remat::PlannedChain: expected one backward per forward, got a "
+        "second backward through the same forward (retain_graph is not "
+        "supported)");
+    std::shared_ptr<PlanExecution> execution = std::move(execution_);
+    // Take g_L out of the engine's list so that it can be freed mid-way.
+    torch::Tensor grad_output = std::move(grads.at(0));
+    grads.clear();
+    return {execution->run_backward_phase(std::move(grad_output))};
+  }
+
+  std::string name() const override {
+    return "remat::PlannedChainBackward";
+  }
+
+  void release_variables() override {
+    execution_.reset();
+  }
+
+ private:
+  std::shared_ptr<PlanExecution> execution_;
+};
+
+}  // namespace
+
+void run_stage_backward(torch::Tensor output, torch::Tensor grad_output) {
+  TORCH_INTERNAL_ASSERT(output.requires_grad() && grad_output.defined());
+  torch::autograd::Edge edge = torch::autograd::impl::gradient_edge(output);
+  output = torch::Tensor();
+  // torch::autograd::backward(outputs, grads) would keep `grads` (and the
+  // caller `outputs`) alive until the whole graph has run. Instead the
+  // gradient travels in a root node that gives it away when it runs; the
+  // engine starts that root with a zero-byte trigger tensor.
+  const torch::Tensor trigger = at::empty({0}, grad_output.options());
+  compat::NodePtr root =
+      compat::make_node<GradientRoot>(std::move(grad_output), std::move(edge));
+  root->add_input_metadata(trigger);
+  torch::autograd::Engine::get_default_engine().execute(
+      {torch::autograd::Edge(root, 0)},
+      {trigger},
+      /*keep_graph=*/false,
+      /*create_graph=*/false,
+      /*accumulate_grad=*/true);
+}
+
+planner::Chain unit_chain(int64_t stages) {
+  planner::StageCost unit;
+  unit.forward_ms = 1;
+  unit.backward_ms = 1;
+  unit.output_bytes = 1;
+  unit.saved_bytes = 1;
+  unit.selective = planner::SelectiveCost{1, 0, 0, 0};
+  return planner::Chain(
+      std::vector<planner::StageCost>(static_cast<size_t>(stages), unit),
+      /*input_bytes=*/1);
+}
+
+torch::Tensor record_stage(
+    const Stage& stage,
+    int64_t index,
+    const torch::Tensor& leaf,
+    const Policy& policy) {
+  c10::AutoGradMode grad_mode(true);
+  if (!policy) {
+    return stage_output(stage.forward(leaf), index);
+  }
+  CheckpointOptions options;
+  options.policy(policy);
+  if (stage.module) {
+    options.preserve_buffers_of({stage.module});
+  }
+  // The region checks that the output is defined; undefined, it never
+  // returns.
+  return stage_output(checkpoint(stage.forward, leaf, options), index);
+}
+
+// NOTE: [A stage output that is a view]
+// A stage may return a view of a larger tensor (x.narrow(1, 0, 64) of a
+// [32, 1024] activation, an attention head's slice): the view keeps its
+// whole storage alive, while the memory model counts the view's own bytes
+// as the stage's output. The executor holds such an output as a compact copy
+// (clone: its backward passes the gradient through unchanged, so gradients
+// stay bitwise equal), and profile_chain measures the stage the same way, so
+// the held bytes are the counted ones and the storage is freed with what the
+// plan drops. An output whose storage is no larger than itself (the input
+// returned as is, a reshape, an expand) is taken as it is.
+torch::Tensor stage_output(torch::Tensor output, int64_t index) {
+  TORCH_CHECK(
+      output.defined(),
+      "remat: stage ",
+      index,
+      " of the chain returned an undefined tensor; every stage must return "
+      "a defined tensor");
+  if (output.has_storage() &&
+      output.storage().nbytes() > static_cast<size_t>(output.nbytes())) {
+    return output.clone(at::MemoryFormat::Contiguous);
+  }
+  return output;
+}
+
+torch::Tensor run_plan(
+    std::shared_ptr<const std::vector<Stage>> stages,
+    const planner::Plan& plan,
+    const torch::Tensor& input,
+    const Policy& selective_policy) {
+  auto execution = std::make_shared<PlanExecution>(
+      std::move(stages), plan, input, selective_policy);
+  torch::Tensor inner_output = execution->run_forward_phase();
+  TORCH_CHECK(
+      inner_output.is_floating_point() || inner_output.is_complex(),
+      "remat: expected a floating-point chain output to train through, got ",
+      inner_output.scalar_type());
+  // A fresh tensor sharing the output's storage, so that the stage graph of
+  // the inner output stays intact for the backward of the last stage.
+  torch::Tensor output = inner_output.variable_data();
+  inner_output = torch::Tensor();
+  compat::NodePtr node = compat::make_node<PlanBackward>(std::move(execution));
+  node->set_next_edges(torch::autograd::collect_next_edges(input));
+  torch::autograd::set_history(output, node);
+  return output;
+}
+
+void check_stages(const char* who, const std::vector<Stage>& stages) {
+  TORCH_CHECK(!stages.empty(), who, ": expected at least one stage, got none");
+  for (size_t i = 0; i < stages.size(); ++i) {
+    TORCH_CHECK(
+        static_cast<bool>(stages[i].forward),
+        who,
+        ": expected every stage to have a forward, stage ",
+        i,
+        " has none");
+  }
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> modules_of(
+    const std::vector<Stage>& stages) {
+  std::vector<std::shared_ptr<torch::nn::Module>> modules;
+  for (const Stage& stage : stages) {
+    if (stage.module &&
+        std::find(modules.begin(), modules.end(), stage.module) ==
+            modules.end()) {
+      modules.push_back(stage.module);
+    }
+  }
+  return modules;
+}
+
+torch::Tensor run_stages(
+    const std::vector<Stage>& stages, const torch::Tensor& input) {
+  torch::Tensor value = input;
+  for (const Stage& stage : stages) {
+    value = stage.forward(value);
+  }
+  return value;
+}
+
+}  // namespace remat::detail

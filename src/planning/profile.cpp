@@ -1,0 +1,231 @@
+// profile.cpp: profile_chain(), the measured cost model of a Sequential.
+//
+// For each child i, on x_i (the sample run through children 0..i-1 under
+// no-grad), `warmup + repeats` rounds of:
+//   1. a forward under no-grad (timed): output_bytes is the output's size,
+//      forward_tmp_bytes its transient peak above output_bytes (what
+//      kForwardNoSave and kForwardCheckpoint cost);
+//   2. a recorded forward on a leaf aliasing x_i (grad on): saved_bytes is
+//      the live bytes after it minus before it (output referenced, input
+//      already live), record_tmp_bytes its transient peak above saved_bytes
+//      (what kForwardRecord costs). The two transients differ when recording
+//      changes what a forward allocates: a dropout's no-grad forward frees
+//      its mask before returning, a recorded one keeps it in saved_bytes;
+//   3. a backward of that record with a gradient of the output's size
+//      (timed), run by detail::run_stage_backward as the executor runs it
+//      (output and gradient freed as soon as autograd is done with them):
+//      backward_tmp_bytes is its peak above before + |g_i| (the gradient of
+//      x_i, whose size the model takes as x_i's). It is negative when the
+//      backward frees more than it allocates before g_i exists (a dropout
+//      stage); never below -|g_i|, since the peak is never below before;
+//   4. with a selective policy, 2. and 3. again with the stage run as the
+//      executor runs kForwardSelective (detail::record_stage under the
+//      policy): its backward recomputes what the policy did not keep.
+// Byte fields are the maximum over the rounds (they are exact and normally
+// equal in every round); times are medians of the timed rounds.
+// Recorded forwards and backwards run exactly as the executor runs them (NOTE:
+// [Plan execution] in plan_executor.cpp), so that simulate() predicts the
+// executor's peak. The leaf of stage 0 requires grad only if the sample does,
+// as in the executor. Parameter gradients are preallocated (zeros) during
+// profiling, as in a training step after the first one, so their accumulation
+// costs only the transient it really costs; the caller's gradients, module
+// buffers and RNG state are restored at the end (RAII, also on error).
+#include "remat/profile.h"
+
+#include "remat/planner/statistics.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <vector>
+
+#include <ATen/Context.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/nn/modules/container/any.h>
+
+#include "model_state.h"
+#include "plan_executor.h"
+#include "checkpoint/recompute_context.h"
+#include "remat/memory_meter.h"
+
+namespace remat {
+namespace {
+
+/// The bytes of `module`'s buffers (0 for none).
+int64_t buffer_bytes(const std::shared_ptr<torch::nn::Module>& module) {
+  int64_t bytes = 0;
+  if (module) {
+    for (const auto& buffer : module->buffers(/*recurse=*/true)) {
+      bytes += static_cast<int64_t>(buffer.nbytes());
+    }
+  }
+  return bytes;
+}
+
+/// One stage on its input, as measured in one round.
+struct RecordRun {
+  const Stage& stage;
+  int64_t index;
+  const torch::Tensor& input;
+  bool leaf_requires_grad;
+  int64_t input_value_bytes;  // |x_i|, the model's |g_i|
+  bool timed;
+};
+
+/// What one way of recording a stage costs, over the rounds: the byte
+/// fields' maximum and the backward's times.
+struct RecordCost {
+  int64_t saved_bytes = 0;
+  int64_t forward_tmp_bytes = 0;
+  int64_t backward_tmp_bytes = std::numeric_limits<int64_t>::min();
+  std::vector<double> backward_times;
+
+  // A recorded forward on a leaf aliasing x_i (under `policy`, or all of
+  // it for an empty one), then its backward, as the executor runs them.
+  void measure(
+      const RecordRun& run,
+      const Policy& policy,
+      MemoryMeter& meter,
+      const c10::Device& device) {
+    torch::Tensor leaf = run.input.detach();
+    leaf.requires_grad_(run.leaf_requires_grad);
+    meter.reset();
+    torch::Tensor output = detail::record_stage(run.stage, run.index, leaf, policy);
+    const int64_t saved = meter.current_bytes() - meter.baseline_bytes();
+    saved_bytes = std::max(saved_bytes, saved);
+    forward_tmp_bytes =
+        std::max<int64_t>(forward_tmp_bytes, meter.peak_delta_bytes() - saved);
+
+    torch::Tensor grad_output = torch::ones_like(output);
+    detail::synchronize(device);
+    meter.reset();
+    const auto start = std::chrono::steady_clock::now();
+    if (output.requires_grad()) {
+      // As the executor: output and gradient are handed to autograd.
+      detail::run_stage_backward(std::move(output), std::move(grad_output));
+    }
+    detail::synchronize(device);
+    if (run.timed) {
+      backward_times.push_back(detail::elapsed_ms(start));
+    }
+    backward_tmp_bytes = std::max<int64_t>(
+        backward_tmp_bytes, meter.peak_delta_bytes() - run.input_value_bytes);
+  }
+};
+
+}  // namespace
+
+planner::Chain profile_chain(
+    torch::nn::Sequential model,
+    const torch::Tensor& sample,
+    const ProfileOptions& options) {
+  TORCH_CHECK(
+      !model.is_empty() && model->size() > 0,
+      "remat::profile_chain: expected a non-empty Sequential, got ",
+      model.is_empty() ? "a null one" : "one with no children");
+  return profile_chain(stages_of(model), sample, options);
+}
+
+planner::Chain profile_chain(
+    const std::vector<Stage>& model,
+    const torch::Tensor& sample,
+    const ProfileOptions& options) {
+  detail::check_stages("remat::profile_chain", model);
+  TORCH_CHECK(
+      sample.defined(), "remat::profile_chain: expected a defined sample");
+  TORCH_CHECK(
+      options.warmup() >= 0,
+      "remat::profile_chain: expected warmup >= 0, got ",
+      options.warmup());
+  TORCH_CHECK(
+      options.repeats() >= 1,
+      "remat::profile_chain: expected repeats >= 1, got ",
+      options.repeats());
+
+  const c10::Device device = sample.device();
+  detail::ModelStateGuard state_guard(detail::modules_of(model), device);
+  MemoryMeter meter(device);
+  const int64_t rounds = options.warmup() + options.repeats();
+
+  std::vector<planner::StageCost> stages;
+  torch::Tensor input = sample.detach();
+  const int64_t input_bytes = static_cast<int64_t>(input.nbytes());
+  int64_t input_value_bytes = input_bytes;  // |x_i|, the model's |g_i|
+  for (size_t i = 0; i < model.size(); ++i) {
+    const auto& stage = model[i];
+    const auto index = static_cast<int64_t>(i);
+    const bool leaf_requires_grad =
+        input.is_floating_point() && (i > 0 || sample.requires_grad());
+    planner::StageCost cost;
+    RecordCost full;
+    RecordCost selective;
+    std::vector<double> forward_times;
+    // The buffers a re-run of the stage copies aside: those of the
+    // submodules its forward writes (NOTE: [Recompute and module state]).
+    int64_t backup_bytes = 0;
+    for (int64_t round = 0; round < rounds; ++round) {
+      const bool timed = round >= options.warmup();
+      {  // 1. forward with nothing recorded
+        detail::synchronize(device);
+        const detail::BufferWrites writes({stage.module});
+        meter.reset();
+        const auto start = std::chrono::steady_clock::now();
+        torch::Tensor output;
+        {
+          c10::NoGradGuard no_grad;
+          output = detail::stage_output(stage.forward(input), index);
+        }
+        backup_bytes = std::max(
+            backup_bytes, detail::own_buffer_bytes(writes.written()));
+        detail::synchronize(device);
+        if (timed) {
+          forward_times.push_back(detail::elapsed_ms(start));
+        }
+        cost.output_bytes = static_cast<int64_t>(output.nbytes());
+        cost.forward_tmp_bytes = std::max<int64_t>(
+            cost.forward_tmp_bytes,
+            meter.peak_delta_bytes() - cost.output_bytes);
+      }
+      const RecordRun run{
+          stage, index, input, leaf_requires_grad, input_value_bytes, timed};
+      full.measure(run, Policy{}, meter, device);  // 2. and 3.
+      if (options.selective_policy()) {
+        selective.measure(run, options.selective_policy(), meter, device);
+      }
+    }
+    // A re-run of the stage backs up the buffers its forward writes while it
+    // runs (NOTE: [Recompute and module state]); the first forward does not,
+    // but the model has one forward cost per stage, so both carry the backup.
+    // A selective stage's recomputation, inside its checkpoint region, backs
+    // up every buffer of the stage module.
+    cost.forward_tmp_bytes += backup_bytes;
+    cost.forward_ms = planner::median(forward_times);
+    cost.saved_bytes = full.saved_bytes;
+    cost.record_tmp_bytes = full.forward_tmp_bytes + backup_bytes;
+    cost.backward_tmp_bytes = full.backward_tmp_bytes;
+    cost.backward_ms = planner::median(full.backward_times);
+    if (options.selective_policy()) {
+      // Its recomputation runs inside the backward; its time is what the
+      // backward takes beyond a recorded one's (noise can make that
+      // negative: the model's recomputation is never faster than none).
+      cost.selective = planner::SelectiveCost{
+          selective.saved_bytes,
+          selective.forward_tmp_bytes + buffer_bytes(stage.module),
+          selective.backward_tmp_bytes,
+          std::max(
+              0.0,
+              planner::median(selective.backward_times) - cost.backward_ms)};
+    }
+    stages.push_back(cost);
+    {
+      c10::NoGradGuard no_grad;
+      input = detail::stage_output(stage.forward(input), index);  // x_{i+1}
+    }
+    input_value_bytes = cost.output_bytes;
+  }
+  return planner::Chain(std::move(stages), input_bytes);
+}
+
+}  // namespace remat

@@ -1,0 +1,468 @@
+// selective.cpp: the dispatcher fallback and operator log of selective
+// checkpointing. NOTE: [Selective checkpointing] in selective.h says how it
+// works and what it does not support.
+#include "selective.h"
+
+#include <utility>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include "compat/compat.h"
+
+namespace remat::detail {
+namespace {
+
+/// This thread's selective scopes, innermost last.
+thread_local std::vector<SelectiveScope*> tls_scopes;
+
+/// True inside a kernel: autograd kernels exclude the autograd keys before
+/// they call the kernel below them, so calls made from there are the
+/// kernel's own business, not operators of the region.
+bool below_autograd() {
+  return c10::impl::tls_local_dispatch_key_set().excluded_.has(
+      c10::DispatchKey::AutogradFunctionality);
+}
+
+void append_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
+  if (value.isTensor()) {
+    out.push_back(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& tensor : value.toTensorVector()) {
+      out.push_back(tensor);
+    }
+  } else if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) {
+      append_tensors(element, out);
+    }
+  }
+}
+
+std::vector<at::Tensor> tensors_of(
+    torch::jit::Stack::const_iterator first,
+    torch::jit::Stack::const_iterator last) {
+  std::vector<at::Tensor> tensors;
+  for (auto it = first; it != last; ++it) {
+    append_tensors(*it, tensors);
+  }
+  return tensors;
+}
+
+/// A call may be kept only if keeping it cannot change what the region
+/// computes: it writes to no argument, returns no alias of one, and returns
+/// only tensors or tensor lists, all defined.
+bool keepable(
+    const c10::FunctionSchema& schema,
+    const std::vector<c10::IValue>& returns) {
+  for (const c10::Argument& argument : schema.arguments()) {
+    if (argument.alias_info() != nullptr && argument.alias_info()->isWrite()) {
+      return false;
+    }
+  }
+  for (const c10::Argument& result : schema.returns()) {
+    if (result.alias_info() != nullptr) {
+      return false;
+    }
+  }
+  for (const c10::IValue& value : returns) {
+    if (value.isTensor()) {
+      if (!value.toTensor().defined()) {
+        return false;
+      }
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& tensor : value.toTensorVector()) {
+        if (!tensor.defined()) {
+          return false;
+        }
+      }
+    } else {
+      return false;
+    }
+  }
+  return !returns.empty();
+}
+
+/// Same tensor as far as a saved tensor's value goes: the same storage,
+/// offset, sizes, strides and dtype.
+bool same_view(const at::Tensor& a, const at::Tensor& b) {
+  if (a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl()) {
+    return true;
+  }
+  if (!a.defined() || !b.defined() || !a.has_storage() || !b.has_storage()) {
+    return false;
+  }
+  return a.storage().is_alias_of(b.storage()) &&
+         a.storage_offset() == b.storage_offset() && a.sizes() == b.sizes() &&
+         a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
+/// Asks `policy` about one call and checks that the answer is one of the
+/// four CheckpointPolicy values (a cast integer is not); true for a save.
+bool policy_saves(const Policy& policy, const OpContext& context, int64_t index) {
+  const CheckpointPolicy answer = policy(context);
+  const auto value = static_cast<int>(answer);
+  TORCH_CHECK(
+      value >= static_cast<int>(CheckpointPolicy::kMustSave) &&
+          value <= static_cast<int>(CheckpointPolicy::kPreferRecompute),
+      "remat::checkpoint: the policy answered CheckpointPolicy value ",
+      value,
+      " for ",
+      context.op_name,
+      " (operator ",
+      index,
+      " of the region); expected kMustSave, kPreferSave, kMustRecompute or "
+      "kPreferRecompute");
+  return is_save(answer);
+}
+
+}  // namespace
+
+SelectiveRegion::PackSource SelectiveRegion::trace(
+    const at::Tensor& packed, const std::vector<at::Tensor>& inputs) {
+  using Kind = PackSource::Kind;
+  PackSource source;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    if (same_view(packed, inputs[j])) {
+      source.kind = Kind::kInput;
+      source.index = static_cast<int64_t>(j);
+      return source;
+    }
+  }
+  if (packed.defined() && packed.has_storage() &&
+      packed.layout() == at::kStrided) {
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      const at::Tensor& input = inputs[j];
+      if (input.defined() && input.has_storage() &&
+          input.layout() == at::kStrided && input.dtype() == packed.dtype() &&
+          input.device() == packed.device() &&
+          input.storage().is_alias_of(packed.storage())) {
+        source.kind = Kind::kInputView;
+        source.index = static_cast<int64_t>(j);
+        source.sizes = packed.sizes().vec();
+        source.strides = packed.strides().vec();
+        source.offset_from_input =
+            packed.storage_offset() - input.storage_offset();
+        return source;
+      }
+    }
+  }
+  source.kind = Kind::kHeld;
+  source.held = packed;
+  return source;
+}
+
+namespace {
+
+int64_t bytes_of(const std::vector<at::Tensor>& tensors) {
+  int64_t bytes = 0;
+  for (const at::Tensor& tensor : tensors) {
+    bytes += static_cast<int64_t>(tensor.numel()) *
+             static_cast<int64_t>(tensor.element_size());
+  }
+  return bytes;
+}
+
+/// A kept output as the recomputation sees it: the forward's values, outside
+/// the forward's graph, requiring grad as in the forward so that the
+/// recomputed operators after it are recorded as they were.
+at::Tensor replayed(const at::Tensor& output) {
+  at::Tensor tensor = output.detach();
+  if (output.requires_grad()) {
+    tensor.requires_grad_(true);
+  }
+  return tensor;
+}
+
+c10::IValue replayed(const c10::IValue& value) {
+  if (value.isTensor()) {
+    return replayed(value.toTensor());
+  }
+  c10::List<at::Tensor> list;
+  for (const at::Tensor& tensor : value.toTensorVector()) {
+    list.push_back(replayed(tensor));
+  }
+  return list;
+}
+
+}  // namespace
+
+SelectiveRegion::SelectiveRegion(Policy policy) : policy_(std::move(policy)) {}
+
+void SelectiveRegion::on_pack(const at::Tensor& tensor) {
+  // Held only while a call is open: what a kept call packed is traced when
+  // the call returns, the rest is dropped then.
+  packs_.push_back(open_.empty() ? at::Tensor() : tensor);
+}
+
+void SelectiveRegion::release() {
+  kept_storages_.clear();
+  for (LoggedCall& call : calls_) {
+    clear_kept(call);
+  }
+}
+
+void SelectiveRegion::forward_call(
+    const c10::OperatorHandle& op,
+    c10::DispatchKeySet below,
+    torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const auto argument_count =
+      static_cast<std::ptrdiff_t>(schema.arguments().size());
+  const std::vector<at::Tensor> inputs =
+      tensors_of(stack->end() - argument_count, stack->end());
+
+  for (const c10::Argument& argument : schema.arguments()) {
+    if (argument.alias_info() != nullptr && argument.alias_info()->isWrite()) {
+      const auto position = &argument - schema.arguments().data();
+      std::vector<at::Tensor> written;
+      append_tensors(*(stack->end() - argument_count + position), written);
+      for (const at::Tensor& tensor : written) {
+        forget_kept_storage(tensor);
+      }
+    }
+  }
+
+  const auto index = static_cast<int64_t>(calls_.size());
+  calls_.emplace_back();
+  calls_.back().name = schema.name();
+  calls_.back().first_pack = static_cast<int64_t>(packs_.size());
+  {
+    open_.push_back(index);
+    struct Close {
+      std::vector<int64_t>& open;
+      ~Close() {
+        open.pop_back();
+      }
+    } close{open_};
+    op.redispatchBoxed(below, stack);
+  }
+
+  LoggedCall& call = calls_[index];  // calls_ may have grown meanwhile
+  call.end_call = static_cast<int64_t>(calls_.size());
+  call.end_pack = static_cast<int64_t>(packs_.size());
+  call.random = call.random || op.hasTag(at::Tag::nondeterministic_seeded);
+  if (call.random && !open_.empty()) {
+    calls_[open_.back()].random = true;
+  }
+
+  const auto return_count =
+      static_cast<std::ptrdiff_t>(schema.returns().size());
+  std::vector<c10::IValue> returns(stack->end() - return_count, stack->end());
+  if (!call.random && keepable(schema, returns)) {
+    std::vector<at::Tensor> outputs =
+        tensors_of(returns.cbegin(), returns.cend());
+    call.asked = true;
+    call.output_bytes = bytes_of(outputs);
+    call.policy_saves = policy_saves(
+        policy_,
+        OpContext{call.name, /*is_recompute=*/false, call.output_bytes},
+        index);
+    if (call.policy_saves) {
+      keep(index, inputs, std::move(returns), std::move(outputs));
+    }
+  }
+  if (open_.empty()) {
+    for (int64_t i = call.first_pack; i < call.end_pack; ++i) {
+      packs_[i] = at::Tensor();
+    }
+  }
+}
+
+void SelectiveRegion::keep(
+    int64_t index,
+    const std::vector<at::Tensor>& inputs,
+    std::vector<c10::IValue> returns,
+    std::vector<at::Tensor> outputs) {
+  // Calls nested in a kept call are never reached by the recomputation.
+  for (int64_t nested = index + 1; nested < calls_[index].end_call; ++nested) {
+    clear_kept(calls_[nested]);
+  }
+  LoggedCall& call = calls_[index];
+  call.kept = true;
+  call.sources.clear();
+  for (int64_t i = call.first_pack; i < call.end_pack; ++i) {
+    call.sources.push_back(trace(packs_[i], inputs));
+  }
+  call.output_versions.clear();
+  for (const at::Tensor& output : outputs) {
+    call.output_versions.push_back(output._version());
+    if (output.has_storage()) {
+      kept_storages_[output.storage().unsafeGetStorageImpl()].push_back(index);
+    }
+  }
+  call.returns = std::move(returns);
+  call.outputs = std::move(outputs);
+}
+
+void SelectiveRegion::clear_kept(LoggedCall& call) {
+  call.kept = false;
+  call.returns.clear();
+  call.outputs.clear();
+  call.output_versions.clear();
+  call.sources.clear();
+}
+
+void SelectiveRegion::forget_kept_storage(const at::Tensor& written) {
+  if (kept_storages_.empty() || !written.defined() || !written.has_storage()) {
+    return;
+  }
+  const auto found =
+      kept_storages_.find(written.storage().unsafeGetStorageImpl());
+  if (found == kept_storages_.end()) {
+    return;
+  }
+  for (const int64_t index : found->second) {
+    clear_kept(calls_[index]);
+  }
+  kept_storages_.erase(found);
+}
+
+void SelectiveRegion::recompute_call(
+    SelectiveScope& scope,
+    const c10::OperatorHandle& op,
+    c10::DispatchKeySet below,
+    torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const int64_t index = scope.cursor_;
+  const auto logged_count = static_cast<int64_t>(calls_.size());
+  TORCH_CHECK(
+      index < logged_count && calls_[index].name == schema.name(),
+      "remat::checkpoint: with a policy, the recomputation must run the "
+      "operators of the forward in the same order, but operator ",
+      index,
+      " of the region was ",
+      schema.name(),
+      " in the recomputation and ",
+      index < logged_count ? calls_[index].name : std::string("absent"),
+      " in the forward");
+  LoggedCall& call = calls_[index];
+  if (call.asked) {
+    const bool save = policy_saves(
+        policy_,
+        OpContext{call.name, /*is_recompute=*/true, call.output_bytes},
+        index);
+    TORCH_CHECK(
+        save == call.policy_saves,
+        "remat::checkpoint: the policy answered ",
+        save ? "save" : "recompute",
+        " for ",
+        call.name,
+        " (operator ",
+        index,
+        " of the region) in the recomputation but ",
+        call.policy_saves ? "save" : "recompute",
+        " in the forward: a policy must answer the same on both runs");
+  }
+
+  if (call.kept) {
+    const SelectiveBypass bypass;  // as_strided, detach: not region calls
+    for (size_t j = 0; j < call.outputs.size(); ++j) {
+      const int64_t version = call.outputs[j]._version();
+      TORCH_CHECK(
+          version == call.output_versions[j],
+          "remat::checkpoint: output ",
+          j,
+          " of ",
+          call.name,
+          " (operator ",
+          index,
+          " of the region), kept by the policy, was modified in place after "
+          "the forward (version ",
+          call.output_versions[j],
+          ", now ",
+          version,
+          "); recompute ",
+          call.name,
+          " (policies::recompute_ops) or avoid the in-place operation");
+    }
+    const auto argument_count =
+        static_cast<std::ptrdiff_t>(schema.arguments().size());
+    const std::vector<at::Tensor> inputs =
+        tensors_of(stack->end() - argument_count, stack->end());
+    for (const PackSource& source : call.sources) {
+      switch (source.kind) {
+        case PackSource::Kind::kInput:
+          scope.sink_->fill(inputs.at(source.index));
+          break;
+        case PackSource::Kind::kInputView: {
+          const at::Tensor& input = inputs.at(source.index);
+          scope.sink_->fill(input.as_strided(
+              source.sizes,
+              source.strides,
+              input.storage_offset() + source.offset_from_input));
+          break;
+        }
+        case PackSource::Kind::kHeld:
+          scope.sink_->fill(source.held);
+          break;
+      }
+    }
+    torch::jit::drop(*stack, argument_count);
+    for (const c10::IValue& value : call.returns) {
+      stack->push_back(replayed(value));
+    }
+    scope.cursor_ = call.end_call;
+    return;
+  }
+
+  scope.cursor_ = index + 1;
+  op.redispatchBoxed(below, stack);
+  TORCH_CHECK(
+      scope.cursor_ == calls_[index].end_call,
+      "remat::checkpoint: with a policy, the recomputation must run the "
+      "operators of the forward, but ",
+      schema.name(),
+      " (operator ",
+      index,
+      " of the region) ran ",
+      scope.cursor_ - index - 1,
+      " nested operators in the recomputation and ",
+      calls_[index].end_call - index - 1,
+      " in the forward");
+}
+
+SelectiveBypass::SelectiveBypass(bool active) {
+  if (active) {
+    exclude_.emplace(c10::DispatchKeySet(compat::kSelectiveKey));
+  }
+}
+
+SelectiveScope::SelectiveScope(SelectiveRegion* region, PackSink* sink)
+    : region_(region), sink_(sink) {
+  if (region_ != nullptr) {
+    include_.emplace(c10::DispatchKeySet(compat::kSelectiveKey));
+  }
+  tls_scopes.push_back(this);
+}
+
+SelectiveScope::~SelectiveScope() {
+  TORCH_INTERNAL_ASSERT(
+      !tls_scopes.empty() && tls_scopes.back() == this,
+      "remat: selective scopes must nest");
+  tls_scopes.pop_back();
+}
+
+void intercept_call(
+    const c10::OperatorHandle& op,
+    c10::DispatchKeySet keys,
+    torch::jit::Stack* stack) {
+  const c10::DispatchKeySet below =
+      keys & c10::DispatchKeySet(
+                 c10::DispatchKeySet::FULL_AFTER, compat::kSelectiveKey);
+  SelectiveScope* scope = tls_scopes.empty() ? nullptr : tls_scopes.back();
+  if (scope == nullptr || scope->region_ == nullptr || below_autograd()) {
+    op.redispatchBoxed(below, stack);
+  } else if (scope->sink_ == nullptr) {
+    scope->region_->forward_call(op, below, stack);
+  } else {
+    scope->region_->recompute_call(*scope, op, below, stack);
+  }
+}
+
+}  // namespace remat::detail
+
+TORCH_LIBRARY_IMPL(_, REMAT_SELECTIVE_DISPATCH_KEY, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<
+             &remat::detail::intercept_call>());
+}
