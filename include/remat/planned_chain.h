@@ -38,6 +38,7 @@
 #include <torch/types.h>
 
 #include "remat/budget.h"
+#include "remat/plan_choice.h"
 #include "remat/planner/chain.h"
 #include "remat/planner/explain.h"
 #include "remat/planner/plan.h"
@@ -145,21 +146,8 @@ struct AutoCheckpointOptions {
   TORCH_ARG(Policy, selective_policy) = {};
 };
 
-/// The optimal plan for `chain` within `budget`: planner::solve_optimal at
-/// budget.resolve_bytes(chain) bytes with `solver`'s options.
-///
-/// Throws c10::Error if that is below planner::min_feasible_budget_bytes of
-/// `chain`; the message states the minimum and the requested budget in bytes.
-///
-/// Example:
-// clang-format off
-///   auto chain = remat::profile_chain(model, sample);
-///   remat::PlannedSequential net(model, remat::plan_within(chain, Budget::parse("50%")));
-// clang-format on
-planner::Plan plan_within(
-    const planner::Chain& chain,
-    const Budget& budget,
-    const planner::SolverOptions& solver = {});
+// plan_within (the optimal plan within a budget) and choose_plan (any
+// strategy) are declared in remat/plan_choice.h.
 
 /// Profiles `stages` on `sample`, then plan_within(chain, budget), and runs
 /// the stages under that plan: the fastest schedule the planner knows within

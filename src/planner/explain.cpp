@@ -83,27 +83,24 @@ class TextTable {
   std::vector<std::vector<std::string>> rows_;
 };
 
-/// What the plan keeps of each stage and how often it runs forward.
-struct StageUse {
-  int64_t forwards = 0;
-  int64_t checkpoints = 0;
-  int64_t records = 0;
-  int64_t selectives = 0;  ///< kForwardSelective
-};
-
-std::vector<StageUse> stage_uses(const Chain& chain, const Plan& plan) {
-  std::vector<StageUse> uses(chain.size());
-  for (const Op& op : plan.ops) {
-    if (op.kind == OpKind::kBackward) {
-      continue;
-    }
-    StageUse& use = uses[op.stage];
-    ++use.forwards;
-    use.checkpoints += op.kind == OpKind::kForwardCheckpoint;
-    use.records += op.kind == OpKind::kForwardRecord;
-    use.selectives += op.kind == OpKind::kForwardSelective;
+/// What the plan keeps of stage `i`, in words.
+std::string keeps_text(const Chain& chain, const ExplainStage& row) {
+  std::string keeps;
+  if (row.forwards == row.records && row.checkpoints == 0) {
+    keeps = "record (stored from the first forward)";
+  } else if (row.forwards == row.selectives && row.checkpoints == 0) {
+    keeps = "what its policy saves (selective, " +
+            format_bytes(row.cost.selective->saved_bytes) + ")";
+  } else if (row.checkpoints > 0) {
+    keeps = "input x_" + std::to_string(row.stage) + " (checkpoint, " +
+            format_bytes(chain.value_bytes(row.stage)) + ")";
+  } else {
+    keeps = "recomputed from an earlier checkpoint";
   }
-  return uses;
+  if (row.selectives > 0 && row.forwards > row.selectives) {
+    keeps += "; recorded selectively";
+  }
+  return keeps;
 }
 
 /// Whether the chain's memory model counts parameters (sharded training).
@@ -117,58 +114,53 @@ bool counts_parameters(const Chain& chain) {
       });
 }
 
-void print_stages(
-    std::ostream& out, const Chain& chain, const std::vector<StageUse>& uses) {
+/// Where the peak is and what its op gathers of parameters.
+void locate_peak(const Chain& chain, ExplainReport& report) {
+  report.peak_at = "before any op";
+  for (const ExplainOp& row : report.ops) {
+    if (row.op_peak_bytes == report.peak_bytes) {
+      const StageCost& cost = chain.stage(row.op.stage);
+      report.peak_gathered_bytes =
+          (row.op.kind == OpKind::kBackward ? 2 : 1) * cost.gathered_bytes;
+      report.peak_at = std::string("in op ") + op_kind_letter(row.op.kind) +
+                       std::to_string(row.op.stage);
+      return;
+    }
+  }
+}
+
+void print_stages(std::ostream& out, const ExplainReport& report) {
   using Align = TextTable::Align;
-  const bool parameters = counts_parameters(chain);
   std::vector<TextTable::Column> columns{
       {"stage", Align::kRight},
       {"fwd ms", Align::kRight},
       {"bwd ms", Align::kRight},
       {"output", Align::kRight},
       {"saved", Align::kRight}};
-  if (parameters) {
+  if (report.counts_parameters) {
     columns.push_back({"gathered", Align::kRight});
   }
   columns.push_back({"forwards", Align::kRight});
   columns.push_back({"keeps", Align::kLeft});
   TextTable table(std::move(columns));
-  for (int64_t i = 0; i < chain.size(); ++i) {
-    const StageCost& cost = chain.stage(i);
-    const StageUse& use = uses[i];
-    std::string keeps;
-    if (use.forwards == use.records && use.checkpoints == 0) {
-      keeps = "record (stored from the first forward)";
-    } else if (use.forwards == use.selectives && use.checkpoints == 0) {
-      keeps = "what its policy saves (selective, " +
-              format_bytes(cost.selective->saved_bytes) + ")";
-    } else if (use.checkpoints > 0) {
-      keeps = "input x_" + std::to_string(i) + " (checkpoint, " +
-              format_bytes(chain.value_bytes(i)) + ")";
-    } else {
-      keeps = "recomputed from an earlier checkpoint";
+  for (const ExplainStage& row : report.stages) {
+    std::vector<std::string> cells{
+        std::to_string(row.stage),
+        fixed(row.cost.forward_ms, 3),
+        fixed(row.cost.backward_ms, 3),
+        format_bytes(row.cost.output_bytes),
+        format_bytes(row.cost.saved_bytes)};
+    if (report.counts_parameters) {
+      cells.push_back(format_bytes(row.cost.gathered_bytes));
     }
-    if (use.selectives > 0 && use.forwards > use.selectives) {
-      keeps += "; recorded selectively";
-    }
-    std::vector<std::string> row{
-        std::to_string(i),
-        fixed(cost.forward_ms, 3),
-        fixed(cost.backward_ms, 3),
-        format_bytes(cost.output_bytes),
-        format_bytes(cost.saved_bytes)};
-    if (parameters) {
-      row.push_back(format_bytes(cost.gathered_bytes));
-    }
-    row.push_back(std::to_string(use.forwards));
-    row.push_back(keeps);
-    table.add_row(std::move(row));
+    cells.push_back(std::to_string(row.forwards));
+    cells.push_back(row.keeps);
+    table.add_row(std::move(cells));
   }
   table.print(out);
 }
 
-void print_ops(
-    std::ostream& out, const Plan& plan, const Simulation& simulation) {
+void print_ops(std::ostream& out, const ExplainReport& report) {
   using Align = TextTable::Align;
   TextTable table({
       {"#", Align::kRight},
@@ -177,83 +169,110 @@ void print_ops(
       {"live after", Align::kRight},
       {"peak in op", Align::kRight},
   });
-  for (size_t k = 0; k < simulation.op_peak_bytes.size(); ++k) {
-    const Op& op = plan.ops[k];
+  for (size_t k = 0; k < report.ops.size(); ++k) {
+    const ExplainOp& row = report.ops[k];
     table.add_row(
         {std::to_string(k),
-         op_kind_letter(op.kind) + std::to_string(op.stage),
-         op_kind_name(op.kind),
-         exact_bytes(simulation.live_after_bytes[k]),
-         exact_bytes(simulation.op_peak_bytes[k])});
+         op_kind_letter(row.op.kind) + std::to_string(row.op.stage),
+         op_kind_name(row.op.kind),
+         exact_bytes(row.live_after_bytes),
+         exact_bytes(row.op_peak_bytes)});
   }
   table.print(out);
 }
 
-/// Splits the peak into parameters (resident shards and what the peak op
-/// gathers) and the rest (activations, gradients in flight, the input).
-void print_parameter_share(
-    std::ostream& out,
-    const Chain& chain,
-    const Plan& plan,
-    const Simulation& simulation) {
-  const auto peak_op = std::max_element(
-      simulation.op_peak_bytes.begin(), simulation.op_peak_bytes.end());
-  int64_t gathered = 0;
-  std::string at = "before any op";
-  if (peak_op != simulation.op_peak_bytes.end() &&
-      *peak_op == simulation.peak_bytes) {
-    const Op& op = plan.ops[peak_op - simulation.op_peak_bytes.begin()];
-    const StageCost& cost = chain.stage(op.stage);
-    gathered = (op.kind == OpKind::kBackward ? 2 : 1) * cost.gathered_bytes;
-    at = std::string("in op ") + op_kind_letter(op.kind) +
-         std::to_string(op.stage);
-  }
-  const int64_t parameters = chain.resident_bytes() + gathered;
-  out << "parameters at the peak (" << at << ") " << format_bytes(parameters)
-      << ": resident " << format_bytes(chain.resident_bytes())
-      << " (this rank's shards and their gradients) + gathered "
-      << format_bytes(gathered)
-      << "; activations, gradients in flight and the input "
-      << format_bytes(simulation.peak_bytes - parameters) << "\n";
-}
-
 }  // namespace
 
-void explain(std::ostream& out, const Chain& chain, const Plan& plan) {
+ExplainReport explain_report(const Chain& chain, const Plan& plan) {
+  ExplainReport report;
   const Simulation simulation = simulate(chain, plan);
+  report.valid = simulation.valid;
   if (!simulation.valid) {
-    out << "invalid plan: " << simulation.error << "\n";
-    return;
+    report.error = simulation.error;
+    return report;
   }
   const Simulation store_all = simulate(chain, solve_store_all(chain));
-  const std::vector<StageUse> uses = stage_uses(chain, plan);
-  print_stages(out, chain, uses);
-  out << "\n";
-  print_ops(out, plan, simulation);
+  for (int64_t i = 0; i < chain.size(); ++i) {
+    ExplainStage row;
+    row.stage = i;
+    row.cost = chain.stage(i);
+    report.stages.push_back(std::move(row));
+  }
+  for (const Op& op : plan.ops) {
+    if (op.kind == OpKind::kBackward) {
+      continue;
+    }
+    ExplainStage& row = report.stages[op.stage];
+    if (row.forwards++ == 0) {
+      row.first_forward = op.kind;
+    }
+    row.checkpoints += op.kind == OpKind::kForwardCheckpoint;
+    row.records += op.kind == OpKind::kForwardRecord;
+    row.selectives += op.kind == OpKind::kForwardSelective;
+  }
+  for (ExplainStage& row : report.stages) {
+    row.keeps = keeps_text(chain, row);
+    report.recomputed_forwards += row.forwards - 1;
+  }
+  report.start_bytes = chain.base_bytes();
+  int64_t running = report.start_bytes;
+  for (size_t k = 0; k < simulation.op_peak_bytes.size(); ++k) {
+    running = std::max(running, simulation.op_peak_bytes[k]);
+    report.ops.push_back(
+        {plan.ops[k],
+         simulation.live_after_bytes[k],
+         simulation.op_peak_bytes[k],
+         running});
+  }
+  report.peak_bytes = simulation.peak_bytes;
+  report.time_ms = simulation.time_ms;
+  report.store_all_peak_bytes = store_all.peak_bytes;
+  report.store_all_time_ms = store_all.time_ms;
+  report.counts_parameters = counts_parameters(chain);
+  report.resident_bytes = chain.resident_bytes();
+  locate_peak(chain, report);
+  return report;
+}
 
-  int64_t recomputed = 0;
-  for (const StageUse& use : uses) {
-    recomputed += use.forwards - 1;
+std::string to_text(const ExplainReport& report) {
+  std::ostringstream out;
+  if (!report.valid) {
+    out << "invalid plan: " << report.error << "\n";
+    return out.str();
   }
-  out << "\npredicted peak " << format_bytes(simulation.peak_bytes) << " ("
-      << simulation.peak_bytes << " bytes, "
+  print_stages(out, report);
+  out << "\n";
+  print_ops(out, report);
+  out << "\npredicted peak " << format_bytes(report.peak_bytes) << " ("
+      << report.peak_bytes << " bytes, "
       << fixed(
-             100.0 * static_cast<double>(simulation.peak_bytes) /
-                 static_cast<double>(store_all.peak_bytes),
+             100.0 * static_cast<double>(report.peak_bytes) /
+                 static_cast<double>(report.store_all_peak_bytes),
              2)
-      << "% of store-all " << format_bytes(store_all.peak_bytes)
-      << "), predicted time " << fixed(simulation.time_ms, 3)
-      << " ms (store-all " << fixed(store_all.time_ms, 3) << " ms), "
-      << recomputed << " recomputed stage forwards\n";
-  if (counts_parameters(chain)) {
-    print_parameter_share(out, chain, plan, simulation);
+      << "% of store-all " << format_bytes(report.store_all_peak_bytes)
+      << "), predicted time " << fixed(report.time_ms, 3)
+      << " ms (store-all " << fixed(report.store_all_time_ms, 3) << " ms), "
+      << report.recomputed_forwards << " recomputed stage forwards\n";
+  if (report.counts_parameters) {
+    const int64_t parameters =
+        report.resident_bytes + report.peak_gathered_bytes;
+    out << "parameters at the peak (" << report.peak_at << ") "
+        << format_bytes(parameters) << ": resident "
+        << format_bytes(report.resident_bytes)
+        << " (this rank's shards and their gradients) + gathered "
+        << format_bytes(report.peak_gathered_bytes)
+        << "; activations, gradients in flight and the input "
+        << format_bytes(report.peak_bytes - parameters) << "\n";
   }
+  return out.str();
+}
+
+void explain(std::ostream& out, const Chain& chain, const Plan& plan) {
+  out << to_text(explain_report(chain, plan));
 }
 
 std::string explain(const Chain& chain, const Plan& plan) {
-  std::ostringstream out;
-  explain(out, chain, plan);
-  return out.str();
+  return to_text(explain_report(chain, plan));
 }
 
 }  // namespace remat::planner

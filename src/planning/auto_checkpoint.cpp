@@ -1,5 +1,5 @@
-// auto_checkpoint.cpp: from a budget to a plan (plan_within), and from a
-// model to a planned model in one call (auto_checkpoint).
+// auto_checkpoint.cpp: from a model to a planned model in one call
+// (auto_checkpoint); the plan comes from plan_within (plan_choice.cpp).
 #include <optional>
 #include <utility>
 #include <vector>
@@ -10,29 +10,6 @@
 #include "remat/planner/solvers.h"
 
 namespace remat {
-
-planner::Plan plan_within(
-    const planner::Chain& chain,
-    const Budget& budget,
-    const planner::SolverOptions& solver) {
-  const int64_t budget_bytes = budget.resolve_bytes(chain);
-  const int64_t minimum_bytes = planner::min_feasible_budget_bytes(chain);
-  TORCH_CHECK(
-      budget_bytes >= minimum_bytes,
-      "remat::plan_within: expected a budget of at least ",
-      minimum_bytes,
-      " bytes (the minimum feasible for this model and input), got ",
-      budget_bytes,
-      " bytes (",
-      budget.to_string(),
-      ")");
-  std::optional<planner::Plan> plan =
-      planner::solve_optimal(chain, budget_bytes, solver);
-  TORCH_INTERNAL_ASSERT(
-      plan.has_value(),
-      "solve_optimal found no plan at or above the minimum feasible budget");
-  return std::move(*plan);
-}
 
 namespace {
 

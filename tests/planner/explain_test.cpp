@@ -1,6 +1,7 @@
 // explain(): the report's numbers are simulate()'s, op by op; format_bytes.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -13,30 +14,6 @@
 namespace remat::planner {
 namespace {
 
-/// The exact byte counts of the op table's "live after" and "peak in op"
-/// columns, read back from the report ("<#> <op> <kind> <live> (<unit>)
-/// <peak> (<unit>)").
-struct OpRow {
-  int64_t live_after = 0;
-  int64_t peak = 0;
-};
-
-std::vector<OpRow> op_rows(const std::string& report) {
-  std::vector<OpRow> rows;
-  std::istringstream lines(report);
-  std::string line;
-  while (std::getline(lines, line) &&
-         line.find("peak in op") == std::string::npos) {
-  }
-  while (std::getline(lines, line) && !line.empty()) {
-    std::istringstream cells(line);
-    std::string index, op, kind, live, live_unit_a, live_unit_b, peak;
-    cells >> index >> op >> kind >> live >> live_unit_a >> live_unit_b >> peak;
-    rows.push_back({std::stoll(live), std::stoll(peak)});
-  }
-  return rows;
-}
-
 TEST(Explain, EveryOpPeakIsSimulatesStepByStep) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 40; ++trial) {
@@ -45,8 +22,12 @@ TEST(Explain, EveryOpPeakIsSimulatesStepByStep) {
       const Simulation simulation = simulate(chain, plan);
       ASSERT_TRUE(simulation.valid) << simulation.error;
       ASSERT_EQ(simulation.op_peak_bytes.size(), plan.ops.size());
-      const std::vector<OpRow> rows = op_rows(explain(chain, plan));
-      ASSERT_EQ(rows.size(), plan.ops.size()) << explain(chain, plan);
+      const ExplainReport report = explain_report(chain, plan);
+      ASSERT_TRUE(report.valid) << report.error;
+      ASSERT_EQ(report.ops.size(), plan.ops.size());
+      EXPECT_EQ(report.peak_bytes, simulation.peak_bytes);
+      EXPECT_EQ(report.time_ms, simulation.time_ms);
+      EXPECT_EQ(report.start_bytes, chain.base_bytes());
 
       // Independently of the report: an op whose step raises Replay's
       // running peak has that peak inside it; the largest op peak (or the
@@ -60,12 +41,57 @@ TEST(Explain, EveryOpPeakIsSimulatesStepByStep) {
           EXPECT_EQ(simulation.op_peak_bytes[k], replay.peak_bytes());
         }
         EXPECT_EQ(simulation.live_after_bytes[k], replay.current_bytes());
-        EXPECT_EQ(rows[k].peak, simulation.op_peak_bytes[k]) << "op " << k;
-        EXPECT_EQ(rows[k].live_after, simulation.live_after_bytes[k]);
+        EXPECT_EQ(report.ops[k].op, plan.ops[k]);
+        EXPECT_EQ(report.ops[k].op_peak_bytes, simulation.op_peak_bytes[k])
+            << "op " << k;
+        EXPECT_EQ(
+            report.ops[k].live_after_bytes, simulation.live_after_bytes[k]);
         largest = std::max(largest, simulation.op_peak_bytes[k]);
+        EXPECT_EQ(
+            report.ops[k].running_peak_bytes,
+            std::max(chain.base_bytes(), largest));
       }
       EXPECT_EQ(largest, simulation.peak_bytes);
     }
+  }
+}
+
+// The stage rows count what the plan runs; the text renders the same data.
+TEST(Explain, StageRowsCountThePlansForwardsAndTheTextShowsThem) {
+  std::mt19937_64 rng(12);
+  for (int trial = 0; trial < 20; ++trial) {
+    const Chain chain = testing::random_chain(rng, 6, 1000);
+    const Plan plan = solve_sqrt(chain);
+    const ExplainReport report = explain_report(chain, plan);
+    ASSERT_TRUE(report.valid) << report.error;
+    ASSERT_EQ(static_cast<int64_t>(report.stages.size()), chain.size());
+    int64_t recomputed = 0;
+    for (const ExplainStage& row : report.stages) {
+      int64_t forwards = 0;
+      std::optional<OpKind> first;
+      for (const Op& op : plan.ops) {
+        if (op.stage == row.stage && op.kind != OpKind::kBackward) {
+          first = first ? first : std::optional<OpKind>(op.kind);
+          ++forwards;
+        }
+      }
+      EXPECT_EQ(row.forwards, forwards) << "stage " << row.stage;
+      EXPECT_EQ(row.first_forward, first) << "stage " << row.stage;
+      EXPECT_LE(row.records + row.checkpoints + row.selectives, forwards);
+      EXPECT_EQ(row.cost.forward_ms, chain.stage(row.stage).forward_ms);
+      EXPECT_FALSE(row.keeps.empty());
+      recomputed += forwards - 1;
+    }
+    EXPECT_EQ(report.recomputed_forwards, recomputed);
+    EXPECT_FALSE(report.counts_parameters);
+    const std::string text = to_text(report);
+    EXPECT_EQ(text, explain(chain, plan));
+    for (const ExplainStage& row : report.stages) {
+      EXPECT_NE(text.find(row.keeps), std::string::npos) << row.keeps;
+    }
+    EXPECT_NE(
+        text.find(std::to_string(report.peak_bytes) + " bytes"),
+        std::string::npos);
   }
 }
 
@@ -74,6 +100,10 @@ TEST(Explain, InvalidPlanIsReportedNotThrown) {
   const Plan backward_first{{{OpKind::kBackward, 1}}};
   const std::string report = explain(chain, backward_first);
   EXPECT_EQ(report.rfind("invalid plan: op 0 (B1)", 0), 0u) << report;
+  const ExplainReport data = explain_report(chain, backward_first);
+  EXPECT_FALSE(data.valid);
+  EXPECT_EQ(data.error.rfind("op 0 (B1)", 0), 0u) << data.error;
+  EXPECT_TRUE(data.ops.empty());
 }
 
 TEST(Explain, WritesToAStream) {

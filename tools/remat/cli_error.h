@@ -18,6 +18,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <remat/plan_choice.h>
+
 namespace remat::cli {
 
 /// Exit codes of the remat tool.
@@ -43,22 +45,9 @@ class UsageError : public std::runtime_error {
       "libgloo-dev and configure again)");
 }
 
-/// No plan of the requested strategy fits the budget. The message states the
-/// budget and the minimum feasible budget (where it is computed).
-class InfeasibleBudgetError : public std::runtime_error {
- public:
-  InfeasibleBudgetError(
-      const std::string& message, std::optional<int64_t> min_feasible_bytes)
-      : std::runtime_error(message), min_feasible_bytes_(min_feasible_bytes) {}
-  /// The smallest budget (bytes) at which some plan fits; std::nullopt for a
-  /// chain longer than the exact solvers take.
-  std::optional<int64_t> min_feasible_bytes() const {
-    return min_feasible_bytes_;
-  }
-
- private:
-  std::optional<int64_t> min_feasible_bytes_;
-};
+// remat::InfeasibleBudgetError (remat/plan_choice.h): no plan of the
+// requested strategy fits the budget; exit code kExitInfeasible.
+using remat::InfeasibleBudgetError;
 
 /// The strategy and mode asked for would not train the model correctly (for
 /// example reentrant checkpointing of a model whose input cannot require

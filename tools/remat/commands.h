@@ -38,12 +38,18 @@ struct BudgetFlags {
   std::string budget = "50%";
   /// Whether --budget was given (a given budget binds fixed strategies).
   bool budget_given = false;
-  /// How the budget binds (tools/remat/strategy.h).
+  /// How the budget binds (remat/plan_choice.h).
   BudgetOrigin origin() const {
     return budget_given ? BudgetOrigin::kGiven : BudgetOrigin::kDefault;
   }
   std::string strategy = "optimal";
-  int64_t slots = 500;
+  int64_t slots = planner::SolverOptions{}.memory_slots;
+  /// The solver options of --slots.
+  planner::SolverOptions solver() const {
+    planner::SolverOptions options;
+    options.memory_slots = slots;
+    return options;
+  }
 };
 
 // ---- remat train
@@ -177,10 +183,10 @@ struct BenchOptions {
   std::vector<std::string> strategies = {
       "optimal", "chen", "sqrt", "uniform:2", "none"};
   int64_t warmup = 2;
-  int64_t repeats = 5;
+  int64_t repeats = 10;  // 6 or more give the ratios a 95 % interval
   std::string out = "remat-bench";
   std::string mode = "nonreentrant";
-  int64_t slots = 500;
+  int64_t slots = planner::SolverOptions{}.memory_slots;
   uint64_t seed = 0;
   int64_t threads = 2;
   bool json = false;

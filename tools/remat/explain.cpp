@@ -38,21 +38,18 @@ struct TimelinePoint {
   int64_t peak_bytes = 0;     ///< running peak up to and including the op
 };
 
-/// simulate()'s step-by-step report as plot points, after a "start" point.
+/// The report's op timeline as plot points, after a "start" point.
 std::vector<TimelinePoint> memory_timeline(
-    const planner::Chain& chain, const PlanChoice& choice) {
-  const planner::Simulation& simulation = choice.simulation;
+    const planner::ExplainReport& report) {
   std::vector<TimelinePoint> points;
-  int64_t running = chain.base_bytes();
-  points.push_back({"start", running, running, running});
-  for (size_t k = 0; k < simulation.op_peak_bytes.size(); ++k) {
-    const planner::Op& op = choice.plan.ops[k];
-    running = std::max(running, simulation.op_peak_bytes[k]);
+  const int64_t start = report.start_bytes;
+  points.push_back({"start", start, start, start});
+  for (const planner::ExplainOp& row : report.ops) {
     points.push_back(
-        {planner::op_kind_letter(op.kind) + std::to_string(op.stage),
-         simulation.live_after_bytes[k],
-         simulation.op_peak_bytes[k],
-         running});
+        {planner::op_kind_letter(row.op.kind) + std::to_string(row.op.stage),
+         row.live_after_bytes,
+         row.op_peak_bytes,
+         row.running_peak_bytes});
   }
   return points;
 }
@@ -144,13 +141,16 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& options) {
   return command;
 }
 
-void run_explain(const ExplainOptions& options, const CommandIo& io) {
-  apply_threads(options.threads);
-  const planner::Strategy strategy =
-      planner::Strategy::parse(options.budget.strategy);
-  const Budget budget = Budget::parse(options.budget.budget);
-  std::optional<planner::Chain> chain;
-  std::string source;
+namespace {
+
+/// The chain explain plans: read from --chain, or the built-in model
+/// profiled (one rank's share of it with --shard).
+struct ExplainedChain {
+  planner::Chain chain;
+  std::string source;  ///< what it is, for the report's first line
+};
+
+ExplainedChain chain_to_explain(const ExplainOptions& options) {
 #if !REMAT_WITH_DISTRIBUTED
   if (options.shard > 0) {
     throw_without_distributed("--shard");
@@ -163,48 +163,116 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
           "(its stages carry their gathered_bytes and the chain its "
           "resident_bytes)");
     }
-    chain = read_chain_file("--chain", options.chain_path);
-    source = options.chain_path;
-  } else {
-    const Precision precision = cpu_precision(options.precision);
-    if (options.shard > 0 && options.model.batch % options.shard != 0) {
-      throw UsageError(
-          "--batch: the global batch must divide by --shard " +
-          std::to_string(options.shard) + ", got " +
-          std::to_string(options.model.batch));
-    }
-    Workload workload(options.model, options.seed);
-    Batch batch = workload.next_batch();
-    if (options.shard > 0) {
-      const int64_t local = options.model.batch / options.shard;
-      batch.inputs = batch.inputs.narrow(0, 0, local);
-      batch.targets = batch.targets.narrow(0, 0, local);
-    }
-    const torch::Tensor sample = batch.inputs;
-    const torch::nn::Sequential model = workload.training_model();  // + loss
-    set_targets(model, batch);
-    {
-      AutocastGuard autocast(c10::kCPU, precision);
-      chain = profile_chain(
-          model,
-          sample,
-          ProfileOptions().selective_policy(
-              selective_policy(options.selective)));
-    }
-    source = workload.description() + "; " + precision_name(precision);
-#if REMAT_WITH_DISTRIBUTED
-    if (options.shard > 0) {
-      chain = distributed::sharded_chain(
-          *chain, stages_of(model), options.shard);
-      source += "; one rank of " + std::to_string(options.shard) +
-                ", sharded (local batch " +
-                std::to_string(options.model.batch / options.shard) + ")";
-    }
-#endif
+    return {read_chain_file("--chain", options.chain_path), options.chain_path};
   }
+  const Precision precision = cpu_precision(options.precision);
+  if (options.shard > 0 && options.model.batch % options.shard != 0) {
+    throw UsageError(
+        "--batch: the global batch must divide by --shard " +
+        std::to_string(options.shard) + ", got " +
+        std::to_string(options.model.batch));
+  }
+  Workload workload(options.model, options.seed);
+  Batch batch = workload.next_batch();
+  if (options.shard > 0) {
+    const int64_t local = options.model.batch / options.shard;
+    batch.inputs = batch.inputs.narrow(0, 0, local);
+    batch.targets = batch.targets.narrow(0, 0, local);
+  }
+  const torch::nn::Sequential model = workload.training_model();  // + loss
+  set_targets(model, batch);
+  AutocastGuard autocast(c10::kCPU, precision);
+  ExplainedChain explained{
+      profile_chain(
+          model,
+          batch.inputs,
+          ProfileOptions().selective_policy(
+              selective_policy(options.selective))),
+      workload.description() + "; " + precision_name(precision)};
+#if REMAT_WITH_DISTRIBUTED
+  if (options.shard > 0) {
+    explained.chain = distributed::sharded_chain(
+        explained.chain, stages_of(model), options.shard);
+    explained.source += "; one rank of " + std::to_string(options.shard) +
+                        ", sharded (local batch " +
+                        std::to_string(options.model.batch / options.shard) +
+                        ")";
+  }
+#endif
+  return explained;
+}
+
+/// The report as JSON: the choice, the stage rows and the op timeline.
+nlohmann::json explain_json(
+    const ExplainedChain& explained,
+    const PlanChoice& choice,
+    const planner::ExplainReport& report,
+    const std::vector<TimelinePoint>& points,
+    const std::string& plot_path,
+    const std::string& table) {
+  nlohmann::json json;
+  json["source"] = explained.source;
+  json["strategy"] = choice.strategy.to_string();
+  json["budget"] = choice.budget_text;
+  json["budget_bytes"] = choice.budget_bytes
+                             ? nlohmann::json(*choice.budget_bytes)
+                             : nlohmann::json(nullptr);
+  json["min_feasible_bytes"] = choice.min_feasible_bytes
+                                   ? nlohmann::json(*choice.min_feasible_bytes)
+                                   : nlohmann::json(nullptr);
+  json["resident_bytes"] = explained.chain.resident_bytes();
+  json["plan"] = choice.plan.to_string();
+  json["predicted"] = {
+      {"peak_bytes", report.peak_bytes}, {"time_ms", report.time_ms}};
+  json["store_all"] = {
+      {"peak_bytes", report.store_all_peak_bytes},
+      {"time_ms", report.store_all_time_ms}};
+  nlohmann::json stages = nlohmann::json::array();
+  for (const planner::ExplainStage& row : report.stages) {
+    stages.push_back(
+        {{"stage", row.stage},
+         {"first_forward",
+          row.first_forward ? planner::op_kind_name(*row.first_forward)
+                            : std::string()},
+         {"forwards", row.forwards},
+         {"keeps", row.keeps},
+         {"output_bytes", row.cost.output_bytes},
+         {"saved_bytes", row.cost.saved_bytes},
+         {"gathered_bytes", row.cost.gathered_bytes}});
+  }
+  json["stages"] = stages;
+  nlohmann::json timeline = nlohmann::json::array();
+  for (const TimelinePoint& point : points) {
+    timeline.push_back(
+        {{"op", point.op},
+         {"live_bytes", point.live_bytes},
+         {"op_peak_bytes", point.op_peak_bytes},
+         {"peak_bytes", point.peak_bytes}});
+  }
+  json["timeline"] = timeline;
+  json["plot"] =
+      plot_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(plot_path);
+  json["table"] = table;
+  return json;
+}
+
+}  // namespace
+
+void run_explain(const ExplainOptions& options, const CommandIo& io) {
+  apply_threads(options.threads);
+  const planner::Strategy strategy =
+      planner::Strategy::parse(options.budget.strategy);
+  const Budget budget = Budget::parse(options.budget.budget);
+  const ExplainedChain explained = chain_to_explain(options);
   const PlanChoice choice = choose_plan(
-      *chain, strategy, budget, options.budget.origin(), options.budget.slots);
-  const std::vector<TimelinePoint> points = memory_timeline(*chain, choice);
+      explained.chain,
+      strategy,
+      budget,
+      options.budget.origin(),
+      options.budget.solver());
+  const planner::ExplainReport report =
+      planner::explain_report(explained.chain, choice.plan);
+  const std::vector<TimelinePoint> points = memory_timeline(report);
   std::string plot_error;
   std::string plot_path;
   if (!options.out.empty()) {
@@ -213,63 +281,13 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
       plot_path = options.out + "/explain.png";
     }
   }
-  const std::string table = planner::explain(*chain, choice.plan);
-
+  const std::string table = planner::to_text(report);
   if (options.json) {
-    nlohmann::json report;
-    report["source"] = source;
-    report["strategy"] = strategy.to_string();
-    report["budget"] = choice.budget_text;
-    report["budget_bytes"] = choice.budget_bytes
-                                 ? nlohmann::json(*choice.budget_bytes)
-                                 : nlohmann::json(nullptr);
-    report["min_feasible_bytes"] = choice.min_feasible_bytes
-        ? nlohmann::json(*choice.min_feasible_bytes)
-        : nlohmann::json(nullptr);
-    report["resident_bytes"] = chain->resident_bytes();
-    report["plan"] = choice.plan.to_string();
-    report["predicted"] = {
-        {"peak_bytes", choice.simulation.peak_bytes},
-        {"time_ms", choice.simulation.time_ms}};
-    report["store_all"] = {
-        {"peak_bytes", choice.store_all_peak_bytes},
-        {"time_ms", choice.store_all_time_ms}};
-    nlohmann::json stages = nlohmann::json::array();
-    for (int64_t index = 0; index < chain->size(); ++index) {
-      int64_t forwards = 0;
-      std::string first;
-      for (const planner::Op& op : choice.plan.ops) {
-        if (op.stage != index || op.kind == planner::OpKind::kBackward) {
-          continue;
-        }
-        if (forwards++ == 0) {
-          first = planner::op_kind_name(op.kind);
-        }
-      }
-      stages.push_back(
-          {{"stage", index},
-           {"first_forward", first},
-           {"forwards", forwards},
-           {"output_bytes", chain->stage(index).output_bytes},
-           {"saved_bytes", chain->stage(index).saved_bytes},
-           {"gathered_bytes", chain->stage(index).gathered_bytes}});
-    }
-    report["stages"] = stages;
-    nlohmann::json timeline = nlohmann::json::array();
-    for (const TimelinePoint& point : points) {
-      timeline.push_back(
-          {{"op", point.op},
-           {"live_bytes", point.live_bytes},
-           {"op_peak_bytes", point.op_peak_bytes},
-           {"peak_bytes", point.peak_bytes}});
-    }
-    report["timeline"] = timeline;
-    report["plot"] =
-        plot_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(plot_path);
-    report["table"] = table;
-    io.out << report.dump(2) << '\n';
+    io.out << explain_json(explained, choice, report, points, plot_path, table)
+                  .dump(2)
+           << '\n';
   } else {
-    io.out << "chain     " << source << '\n';
+    io.out << "chain     " << explained.source << '\n';
     io.out << "strategy  " << strategy.to_string() << ", budget "
            << choice.budget_text;
     if (choice.budget_bytes) {

@@ -44,7 +44,7 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
       planner::Strategy::parse(options.budget.strategy);
   const Budget budget = Budget::parse(options.budget.budget);
   const PlanChoice choice = choose_plan(
-      chain, strategy, budget, options.budget.origin(), options.budget.slots);
+      chain, strategy, budget, options.budget.origin(), options.budget.solver());
   if (!options.plan_out.empty()) {
     write_text_file(
         "--plan-out", options.plan_out, planner::to_json(choice.plan));

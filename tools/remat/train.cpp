@@ -483,7 +483,7 @@ TrainRun measure_training(
       run.strategy,
       run.budget,
       options.budget.origin(),
-      options.budget.slots);
+      options.budget.solver());
   run.choice.selective_policy = selective_policy(options.selective);
 #if REMAT_WITH_DISTRIBUTED
   if (parallel.group) {

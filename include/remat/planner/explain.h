@@ -1,13 +1,71 @@
 // remat/planner/explain.h: a plan on a chain, as a table people read.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "remat/planner/chain.h"
 #include "remat/planner/plan.h"
 
 namespace remat::planner {
+
+/// How a plan uses one stage: one row of the report's first part.
+struct ExplainStage {
+  int64_t stage = 0;
+  StageCost cost;  ///< the chain's costs of the stage
+  /// Forwards the plan runs of the stage, and of which kinds.
+  int64_t forwards = 0;
+  int64_t records = 0;      ///< kForwardRecord
+  int64_t checkpoints = 0;  ///< kForwardCheckpoint
+  int64_t selectives = 0;   ///< kForwardSelective
+  /// The kind of its first forward; nullopt if the plan runs none.
+  std::optional<OpKind> first_forward;
+  /// What the plan keeps of it, in words: "record (stored from the first
+  /// forward)", "input x_3 (checkpoint, 1.0 KiB)", ...
+  std::string keeps;
+};
+
+/// One op of the plan as simulate() replays it.
+struct ExplainOp {
+  Op op;
+  int64_t live_after_bytes = 0;    ///< Simulation::live_after_bytes
+  int64_t op_peak_bytes = 0;       ///< Simulation::op_peak_bytes
+  int64_t running_peak_bytes = 0;  ///< the highest so far, this op included
+};
+
+/// Everything the report says, as data: explain() renders it as text, the
+/// remat tool also as JSON.
+struct ExplainReport {
+  /// simulate()'s verdict; when false only `error` is set.
+  bool valid = false;
+  std::string error;
+  std::vector<ExplainStage> stages;  ///< one per stage, in order
+  int64_t start_bytes = 0;           ///< live before the first op (base bytes)
+  std::vector<ExplainOp> ops;        ///< one per op, in plan order
+  int64_t peak_bytes = 0;            ///< predicted peak (simulate())
+  double time_ms = 0;                ///< predicted time
+  int64_t store_all_peak_bytes = 0;  ///< the same for storing everything
+  double store_all_time_ms = 0;
+  int64_t recomputed_forwards = 0;  ///< stage forwards beyond one per stage
+  /// Whether the memory model counts parameters (a sharded chain), and then
+  /// how the peak splits: resident shards, the parameters the peak op
+  /// gathers, and where the peak is ("in op B3", "before any op").
+  bool counts_parameters = false;
+  int64_t resident_bytes = 0;
+  int64_t peak_gathered_bytes = 0;
+  std::string peak_at;
+};
+
+/// The report of `plan` on `chain` (see explain() for its parts). An invalid
+/// plan gives valid == false and simulate()'s error; never throws except
+/// std::bad_alloc.
+ExplainReport explain_report(const Chain& chain, const Plan& plan);
+
+/// The report as the text explain() returns.
+std::string to_text(const ExplainReport& report);
 
 /// A readable report of `plan` on `chain`, in three parts:
 ///  1. one row per stage: its forward and backward time, output and saved
@@ -18,7 +76,7 @@ namespace remat::planner {
 ///     Simulation::live_after_bytes and Simulation::op_peak_bytes;
 ///  3. the predicted peak and time next to storing everything.
 /// An invalid plan is reported ("invalid plan: <simulate()'s error>"), not
-/// thrown. Never throws except std::bad_alloc.
+/// thrown. Never throws except std::bad_alloc. to_text(explain_report()).
 ///
 /// Example:
 // clang-format off
