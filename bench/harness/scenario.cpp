@@ -179,7 +179,15 @@ int run_main(int argc, char** argv) {
     std::cerr << "remat_bench: " << scenario.name << " ...\n";
     context.machine = describe_machine();
     try {
+      RunResult load;  // only the load averages: busy_machine_warning's input
+      load.load_before = read_load_average();
       Section section = runs.at(scenario.name)(context);
+      load.load_after = read_load_average();
+      if (const auto busy = busy_machine_warning(load, context.threads)) {
+        std::cerr << "remat_bench: " << scenario.name << ": warning: " << *busy
+                  << "\n";
+        section.add_text("**Warning:** " + *busy + ".");
+      }
       if (section.scenario.empty()) {
         section.scenario = scenario.name;
       }

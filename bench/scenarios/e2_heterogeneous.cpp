@@ -34,13 +34,48 @@ struct Predicted {
 };
 
 struct E2Ratios {
-  std::vector<double> measured;   // optimal / best k, per comparable budget
-  std::vector<double> predicted;  // the same pairs by simulate()
+  std::vector<RatioInterval> measured;  // optimal / best k, per comparable budget
+  std::vector<double> predicted;        // the same pairs by simulate()
 };
 
 Predicted predict(const planner::Chain& chain, const planner::Plan& plan) {
   const planner::Simulation simulation = planner::simulate(chain, plan);
   return {stage_forwards(plan), simulation.peak_bytes, simulation.time_ms};
+}
+
+// The summary: what the intervals support, budget by budget, then the
+// averages of the medians for scale.
+std::string e2_summary(const E2Ratios& ratios) {
+  int64_t faster = 0;
+  int64_t slower = 0;
+  std::vector<double> medians;
+  const RatioInterval* worst = nullptr;
+  for (const RatioInterval& ratio : ratios.measured) {
+    faster += ratio.excludes_one() && ratio.high < 1;
+    slower += ratio.excludes_one() && ratio.low > 1;
+    medians.push_back(ratio.median);
+    if (worst == nullptr || ratio.median > worst->median) {
+      worst = &ratio;
+    }
+  }
+  const int64_t compared = static_cast<int64_t>(ratios.measured.size());
+  std::ostringstream summary;
+  summary << "**Summary:** optimal against the best checkpoint_sequential at "
+          << compared << " budgets: faster at " << faster << " (interval below "
+          << "1), slower at " << slower << " (interval above 1), "
+          << "indistinguishable at " << compared - faster - slower
+          << " (interval containing 1). Geometric mean of the median ratios "
+          << Cell::ratio(geometric_mean(medians)).markdown()
+          << "; the highest median " << Cell::ratio_interval(*worst).markdown()
+          << " (targets: ≤ 0.85 on average, never above 1.02). Predicted by "
+             "simulate() for the same pairs: geometric mean "
+          << Cell::ratio(geometric_mean(ratios.predicted)).markdown()
+          << ", highest "
+          << Cell::ratio(*std::max_element(
+                             ratios.predicted.begin(), ratios.predicted.end()))
+                 .markdown()
+          << ".";
+  return summary.str();
 }
 
 void run_model(
@@ -118,7 +153,7 @@ void run_model(
   Table budget_table;
   budget_table.name = id + "-budgets";
   budget_table.columns = {
-      "budget",
+      "budget (of the measured no-checkpoint peak)",
       "budget bytes",
       "optimal peak",
       "optimal forward ms",
@@ -130,7 +165,7 @@ void run_model(
       "best-k forward ms",
       "best-k backward ms",
       "best-k step ms",
-      "time ratio optimal / best k",
+      "time ratio optimal / best k [95% CI]",
       "predicted ratio",
       "optimal within budget"};
   for (size_t b = 0; b < budgets.size(); ++b) {
@@ -169,13 +204,14 @@ void run_model(
     }
     const auto optimal = optimal_of_budget[b];
     if (optimal && best_k) {
-      const double ratio =
-          measured[*optimal].step().median / measured[*best_k].step().median;
+      // Paired: both ran in every round, next to each other.
+      const RatioInterval ratio =
+          measured[*optimal].step_ratio(measured[*best_k]);
       const double predicted_ratio =
           predicted[*optimal].time_ms / predicted[*best_k].time_ms;
       ratios.measured.push_back(ratio);
       ratios.predicted.push_back(predicted_ratio);
-      row.push_back(Cell::ratio(ratio));
+      row.push_back(Cell::ratio_interval(ratio));
       row.push_back(Cell::ratio(predicted_ratio));
     } else {
       row.insert(row.end(), 2, Cell::empty());
@@ -260,25 +296,7 @@ Section run_e2(const E2Sizes& sizes, const Context& context) {
         ratios);
   }
   if (!ratios.measured.empty()) {
-    std::ostringstream summary;
-    summary << "**Summary:** time ratio optimal / best checkpoint_sequential "
-               "over "
-            << ratios.measured.size() << " budgets: geometric mean "
-            << Cell::ratio(geometric_mean(ratios.measured)).markdown()
-            << ", worst "
-            << Cell::ratio(*std::max_element(
-                               ratios.measured.begin(), ratios.measured.end()))
-                   .markdown()
-            << " (targets: ≤ 0.85, never above 1.02). Predicted by simulate() "
-               "for the same pairs: geometric mean "
-            << Cell::ratio(geometric_mean(ratios.predicted)).markdown()
-            << ", worst "
-            << Cell::ratio(
-                   *std::max_element(
-                       ratios.predicted.begin(), ratios.predicted.end()))
-                   .markdown()
-            << ".";
-    section.add_text(summary.str());
+    section.add_text(e2_summary(ratios));
   }
   return section;
 }

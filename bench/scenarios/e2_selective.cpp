@@ -147,7 +147,6 @@ Section run_e2_selective(
   const auto peak = [&](size_t c) {
     return measured[c].peak_bytes + input_bytes;
   };
-  const auto median = [&](size_t c) { return measured[c].step().median; };
 
   Section section;
   section.title = "E2-selective — a third way per stage on the GPT";
@@ -173,17 +172,17 @@ Section run_e2_selective(
   Table table;
   table.name = "budgets";
   table.columns = {
-      "budget",
+      "budget (of the measured no-checkpoint peak)",
       "budget bytes",
       "S stages",
       "predicted time, three / two",
-      "measured step, three / two",
+      "measured step, three / two [95% CI]",
       "measured peak, three ways",
       "within budget"};
   int64_t compared = 0;
   int64_t never_slower = 0;
   int64_t faster = 0;
-  std::vector<double> measured_ratios;
+  std::vector<RatioInterval> measured_ratios;
   for (const Row& row : rows) {
     std::vector<Cell> cells{
         Cell::text(std::to_string(row.percent) + "%"), Cell::bytes(row.budget)};
@@ -203,10 +202,11 @@ Section run_e2_selective(
       ++compared;
       never_slower += t3 <= t2 * (1 + 1e-6);
       faster += t3 < t2 * (1 - 1e-6);
-      const double ratio = median(c3) / median(*row.two_configuration);
+      const RatioInterval ratio =
+          measured[c3].step_ratio(measured[*row.two_configuration]);
       measured_ratios.push_back(ratio);
       cells.push_back(Cell::ratio(t3 / t2));
-      cells.push_back(Cell::ratio(ratio));
+      cells.push_back(Cell::ratio_interval(ratio));
     } else {
       cells.push_back(Cell::text("only three ways fit"));
       cells.push_back(Cell::text("—"));
@@ -240,8 +240,21 @@ Section run_e2_selective(
              "fast as two, strictly faster at "
           << faster << ".";
   if (!measured_ratios.empty()) {
-    summary << " Measured step ratio three / two: geometric mean "
-            << Cell::ratio(geometric_mean(measured_ratios)).markdown() << ".";
+    int64_t measured_faster = 0;
+    int64_t measured_slower = 0;
+    std::vector<double> medians;
+    for (const RatioInterval& ratio : measured_ratios) {
+      measured_faster += ratio.excludes_one() && ratio.high < 1;
+      measured_slower += ratio.excludes_one() && ratio.low > 1;
+      medians.push_back(ratio.median);
+    }
+    summary << " Measured, three ways were faster at " << measured_faster
+            << " and slower at " << measured_slower << " of "
+            << measured_ratios.size()
+            << " budgets (interval of the paired ratio below or above 1), "
+               "indistinguishable at the others; geometric mean of the "
+               "median ratios "
+            << Cell::ratio(geometric_mean(medians)).markdown() << ".";
   }
   section.add_text(summary.str());
   return section;

@@ -238,7 +238,7 @@ Section run_e3(const E3Options& options, const Context& context) {
   }
   table.columns.push_back("max grad diff");
   table.columns.push_back("PyTorch memory ratio");
-  table.columns.push_back("PyTorch time ratio");
+  table.columns.push_back("PyTorch time ratio [95% CI]");
   for (size_t r = 0; r < result.configurations.size(); ++r) {
     const Measurement& measured = result.configurations[r];
     std::vector<Cell> row{
@@ -262,8 +262,7 @@ Section run_e3(const E3Options& options, const Context& context) {
                     static_cast<double>(theirs.peak_bytes) /
                     static_cast<double>(their_none.peak_bytes))
               : Cell::empty());
-      row.push_back(
-          Cell::ratio(theirs.step().median / their_none.step().median));
+      row.push_back(paired_ratio_cell(theirs.step_ms, their_none.step_ms));
     } else {
       row.push_back(Cell::empty());
       row.push_back(Cell::empty());

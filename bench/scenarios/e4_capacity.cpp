@@ -6,8 +6,9 @@
 // checkpoint_sequential(k) and the optimal plan, the largest batch whose
 // training step stays under --cap (activations plus input, the planner's
 // units); each answer is confirmed by one measured step there (its peak and
-// time are what the table shows). Time per sample = that step's time / batch;
-// ratios against no checkpointing.
+// time are what the table shows). Then every answer's plan is timed at its
+// batch in interleaved rounds; time per sample = step time / batch, paired
+// by round with no checkpointing's.
 #include <memory>
 #include <sstream>
 #include <string>
@@ -59,24 +60,75 @@ Section run_e4(const E4Options& options, const Context& context) {
       torch::cuda::synchronize(device.has_index() ? device.index() : -1);
     }
   };
-  // The step time of an answer: median of the timed rounds of its plan at its
-  // batch, after the warm-up rounds (one step is too noisy per sample).
-  auto time_answer = [&](const FitAnswer& answer) {
-    std::vector<double> times;
-    PlannedChain net(stages, answer.plan);
-    const torch::Tensor input = make_input(answer.batch);
-    for (int round = 0; round < context.warmup + context.rounds; ++round) {
+  // One row per answer: fit_batch's runs first, then every answer's plan
+  // timed at its batch in interleaved rounds (A B C A B C ...), so that each
+  // time per sample is paired with no checkpointing's of the same round.
+  struct Answer {
+    FitAnswer answer;
+    std::string name;
+    std::string limit;
+    double limit_ratio = 0;          // FitOptions::max_time_ratio of its run
+    double fit_reference_ms = 0;     // fit's ms per sample of none, same run
+    std::vector<double> step_ms;     // this scenario's timed rounds
+  };
+  std::vector<Answer> rows;
+  bool none_listed = false;
+  for (const double ratio : options.time_ratios) {
+    const auto answers = fit_batch(
+        make_input,
+        stages,
+        cap.budget_bytes(),
+        FitOptions()
+            .probe_batch(8)
+            .max_batch(options.max_batch)
+            .max_time_ratio(ratio));
+    for (const FitAnswer& answer : answers) {
+      if (answer.strategy == "none" && none_listed) {
+        continue;  // the same in every run
+      }
+      none_listed = none_listed || answer.strategy == "none";
+      Answer row;
+      row.answer = answer;
+      row.name = answer.strategy;
+      if (answer.segments > 0) {
+        row.name += "(" + std::to_string(answer.segments) + ")";
+      }
+      std::ostringstream limit;
+      if (ratio > 0 && answer.strategy != "none") {
+        limit << "≤ " << ratio << "× measured per sample";
+      } else {
+        limit << "none";
+      }
+      row.limit = limit.str();
+      row.limit_ratio = ratio;
+      row.fit_reference_ms =
+          answers.front().batch > 0 ? answers.front().ms_per_sample() : 0;
+      rows.push_back(std::move(row));
+    }
+  }
+  std::vector<std::pair<PlannedChain, torch::Tensor>> runs;
+  for (const Answer& row : rows) {
+    runs.emplace_back(
+        row.answer.batch > 0 ? PlannedChain(stages, row.answer.plan)
+                             : PlannedChain(nullptr),
+        row.answer.batch > 0 ? make_input(row.answer.batch) : torch::Tensor());
+  }
+  for (int round = 0; round < context.warmup + context.rounds; ++round) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (rows[r].answer.batch == 0) {
+        continue;
+      }
       model->zero_grad();
       sync();
       Timer timer;
-      net->forward(input).sum().backward();
+      runs[r].first->forward(runs[r].second).sum().backward();
       sync();
       if (round >= context.warmup) {
-        times.push_back(timer.elapsed_ms());
+        rows[r].step_ms.push_back(timer.elapsed_ms());
       }
     }
-    return summarize(times);
-  };
+  }
+  runs.clear();
 
   Table table;
   table.name = "capacity";
@@ -90,73 +142,55 @@ Section run_e4(const E4Options& options, const Context& context) {
       "step ms",
       "spread ms",
       "ms per sample",
-      "time per sample ratio",
-      "fit's time per sample ratio"};
-  double none_per_sample = 0;
-  int64_t none_batch = 0;
-  for (const double ratio : options.time_ratios) {
-    const auto answers = fit_batch(
-        make_input,
-        stages,
-        cap.budget_bytes(),
-        FitOptions()
-            .probe_batch(8)
-            .max_batch(options.max_batch)
-            .max_time_ratio(ratio));
-    for (const FitAnswer& answer : answers) {
-      if (answer.strategy == "none" && none_batch > 0) {
-        continue;  // the same in every run
-      }
-      std::string name = answer.strategy;
-      if (answer.segments > 0) {
-        name += "(" + std::to_string(answer.segments) + ")";
-      }
-      std::ostringstream limit;
-      limit << (ratio > 0 && answer.strategy != "none" ? "≤ " : "");
-      if (ratio > 0 && answer.strategy != "none") {
-        limit << ratio << "× measured per sample";
-      } else {
-        limit << "none";
-      }
-      std::vector<Cell> row{
-          Cell::text(name),
-          Cell::text(limit.str()),
-          Cell::integer(answer.batch)};
-      if (answer.batch == 0) {
-        while (row.size() < table.columns.size()) {
-          row.push_back(Cell::empty());
-        }
-        table.add_row(std::move(row));
-        continue;
-      }
-      const Summary step = time_answer(answer);
-      const double per_sample = step.median / static_cast<double>(answer.batch);
-      if (answer.strategy == "none") {
-        none_batch = answer.batch;
-        none_per_sample = per_sample;
-      }
-      const bool relative = none_batch > 0;
-      row.push_back(
-          relative ? Cell::ratio(
-                         static_cast<double>(answer.batch) /
-                         static_cast<double>(none_batch))
-                   : Cell::empty());
-      row.push_back(Cell::bytes(answer.measured_peak_bytes));
-      row.push_back(Cell::bytes(answer.predicted_peak_bytes));
-      row.push_back(Cell::ms(step.median));
-      row.push_back(Cell::ms(step.spread()));
-      row.push_back(Cell::number(per_sample, 4));
-      row.push_back(
-          relative ? Cell::ratio(per_sample / none_per_sample) : Cell::empty());
-      // What the limit was applied to: fit_batch's own timed steps, against
-      // no checkpointing's in the same call.
-      const FitAnswer& reference = answers.front();
-      row.push_back(
-          ratio > 0 && reference.batch > 0
-              ? Cell::ratio(answer.ms_per_sample() / reference.ms_per_sample())
-              : Cell::empty());
-      table.add_row(std::move(row));
+      "time per sample ratio [95% CI]",
+      "fit's time per sample ratio (its medians)"};
+  const auto per_sample = [](const Answer& row) {
+    std::vector<double> times = row.step_ms;
+    for (double& time : times) {
+      time /= static_cast<double>(row.answer.batch);
     }
+    return times;
+  };
+  const Answer* none = nullptr;
+  for (const Answer& row : rows) {
+    if (row.answer.strategy == "none" && row.answer.batch > 0) {
+      none = &row;
+    }
+  }
+  for (const Answer& row : rows) {
+    std::vector<Cell> cells{
+        Cell::text(row.name),
+        Cell::text(row.limit),
+        Cell::integer(row.answer.batch)};
+    if (row.answer.batch == 0) {
+      while (cells.size() < table.columns.size()) {
+        cells.push_back(Cell::empty());
+      }
+      table.add_row(std::move(cells));
+      continue;
+    }
+    const Summary step = summarize(row.step_ms);
+    cells.push_back(
+        none != nullptr ? Cell::ratio(
+                              static_cast<double>(row.answer.batch) /
+                              static_cast<double>(none->answer.batch))
+                        : Cell::empty());
+    cells.push_back(Cell::bytes(row.answer.measured_peak_bytes));
+    cells.push_back(Cell::bytes(row.answer.predicted_peak_bytes));
+    cells.push_back(Cell::ms(step.median));
+    cells.push_back(Cell::ms(step.spread()));
+    cells.push_back(
+        Cell::number(step.median / static_cast<double>(row.answer.batch), 4));
+    cells.push_back(
+        none != nullptr ? paired_ratio_cell(per_sample(row), per_sample(*none))
+                        : Cell::empty());
+    // What the limit was applied to: fit_batch's own timed steps, against
+    // no checkpointing's in the same call.
+    cells.push_back(
+        row.limit_ratio > 0 && row.fit_reference_ms > 0
+            ? Cell::ratio(row.answer.ms_per_sample() / row.fit_reference_ms)
+            : Cell::empty());
+    table.add_row(std::move(cells));
   }
 
   Section section;

@@ -402,6 +402,7 @@ void append(Measurement& into, const Measurement& step) {
       into.backward_ms.end(), step.backward_ms.begin(), step.backward_ms.end());
   into.step_ms.insert(
       into.step_ms.end(), step.step_ms.begin(), step.step_ms.end());
+  into.cpu_ms.insert(into.cpu_ms.end(), step.cpu_ms.begin(), step.cpu_ms.end());
   into.peak_bytes = std::max(into.peak_bytes, step.peak_bytes);
 }
 
@@ -441,8 +442,10 @@ std::string preamble(const E6Options& options, const Context& context) {
        << " timed rounds, each running every schedule once in each process, "
           "interleaved, the process going first alternating; medians and "
           "spreads (max − min). Time ratios are against each process's own "
-          "no-checkpoint run; remat/PyTorch divides the medians of one "
-          "schedule. **Gradients**: each process checks every schedule "
+          "no-checkpoint run, remat/PyTorch between the two processes' runs "
+          "of one schedule; each is paired by round (the median of the "
+          "per-round ratios, with its 95 % interval: a difference only where "
+          "the interval excludes 1). **Gradients**: each process checks every schedule "
           "against its own plain run of the round (same seed), and the "
           "parameter gradients of the two processes are compared element by "
           "element, with dropout off and with dropout on under one seed.";
@@ -635,18 +638,17 @@ Section run_e6(const E6Options& requested, const Context& context) {
       "PyTorch peak",
       "memory remat/PyTorch",
       "remat memory ratio",
-      "remat time ratio",
-      "PyTorch time ratio",
-      "remat/PyTorch forward",
-      "remat/PyTorch backward",
-      "remat/PyTorch step"};
+      "remat time ratio [95% CI]",
+      "PyTorch time ratio [95% CI]",
+      "remat/PyTorch forward [95% CI]",
+      "remat/PyTorch backward [95% CI]",
+      "remat/PyTorch step [95% CI]"};
   for (const Row& row : rows) {
     const bool both = pytorch_has(row);
     const bool peaks = both && row.pytorch_peak_measured;
     const auto remat_over_pytorch = [&](const std::vector<double>& lhs,
                                         const std::vector<double>& rhs) {
-      return both ? Cell::ratio(summarize(lhs).median / summarize(rhs).median)
-                  : Cell::empty();
+      return both ? paired_ratio_cell(lhs, rhs) : Cell::empty();
     };
     summary.add_row(
         {Cell::text(row.name),
@@ -660,9 +662,8 @@ Section run_e6(const E6Options& requested, const Context& context) {
          Cell::ratio(
              static_cast<double>(row.remat.peak_bytes) /
              static_cast<double>(none.remat.peak_bytes)),
-         Cell::ratio(row.remat.step().median / none.remat.step().median),
-         both ? Cell::ratio(
-                    row.pytorch.step().median / none.pytorch.step().median)
+         paired_ratio_cell(row.remat.step_ms, none.remat.step_ms),
+         both ? paired_ratio_cell(row.pytorch.step_ms, none.pytorch.step_ms)
               : Cell::empty(),
          remat_over_pytorch(row.remat.forward_ms, row.pytorch.forward_ms),
          remat_over_pytorch(row.remat.backward_ms, row.pytorch.backward_ms),

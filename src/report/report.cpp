@@ -370,8 +370,16 @@ std::vector<Cell> step_time_cells(
       Cell::ms(measurement.backward().median),
       Cell::ms(step.median),
       Cell::ms(step.spread()),
-      Cell::ratio_interval(measurement.step_ratio(baseline)),
-      Cell::ratio_interval(measurement.cpu_ratio(baseline))};
+      paired_ratio_cell(measurement.step_ms, baseline.step_ms),
+      paired_ratio_cell(measurement.cpu_ms, baseline.cpu_ms)};
+}
+
+Cell paired_ratio_cell(
+    const std::vector<double>& compared, const std::vector<double>& baseline) {
+  if (compared.empty() || compared.size() != baseline.size()) {
+    return Cell::empty();
+  }
+  return Cell::ratio_interval(measure::paired_ratio(compared, baseline));
 }
 
 }  // namespace remat::report

@@ -136,8 +136,14 @@ void write_page(
 /// "step ms", "spread ms", "time ratio [95% CI]", "CPU ratio [95% CI]".
 std::vector<std::string> step_time_columns();
 
+/// The paired ratio of two series of the same rounds as a cell; empty when
+/// they cannot be paired (different lengths, or none: e.g. a peer process
+/// that reports no CPU time).
+Cell paired_ratio_cell(
+    const std::vector<double>& compared, const std::vector<double>& baseline);
+
 /// Median forward, median backward, median step, step spread, and the step
-/// time's and the CPU time's paired ratios to `baseline`'s.
+/// time's and the CPU time's paired ratios to `baseline`'s (paired_ratio_cell).
 std::vector<Cell> step_time_cells(
     const measure::Measurement& measurement,
     const measure::Measurement& baseline);
