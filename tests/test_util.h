@@ -12,11 +12,15 @@
 namespace remat::testing {
 
 /// Bitwise equality of two tensors, with the max abs difference on failure.
+/// Two undefined tensors are a failure: a check of gradients that none of
+/// the runs produced compares nothing (bitwise_equal_or_both_undefined is
+/// for where an undefined tensor is the expected result).
 inline ::testing::AssertionResult bitwise_equal(
     const torch::Tensor& expected, const torch::Tensor& actual) {
   if (!expected.defined() || !actual.defined()) {
-    if (expected.defined() == actual.defined()) {
-      return ::testing::AssertionSuccess();
+    if (!expected.defined() && !actual.defined()) {
+      return ::testing::AssertionFailure()
+             << "both tensors are undefined: nothing was compared";
     }
     return ::testing::AssertionFailure()
            << "one tensor is undefined (expected defined: "
@@ -42,6 +46,16 @@ inline ::testing::AssertionResult bitwise_equal(
                 .abs()
                 .max()
                 .item<double>();
+}
+
+/// bitwise_equal, where two undefined tensors also agree (a gradient that
+/// neither run is expected to produce).
+inline ::testing::AssertionResult bitwise_equal_or_both_undefined(
+    const torch::Tensor& expected, const torch::Tensor& actual) {
+  if (!expected.defined() && !actual.defined()) {
+    return ::testing::AssertionSuccess();
+  }
+  return bitwise_equal(expected, actual);
 }
 
 /// Gradients of every parameter of `module` (undefined where none).
