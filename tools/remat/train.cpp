@@ -237,6 +237,7 @@ void save_parameters(
   }
 }
 
+#if REMAT_WITH_DISTRIBUTED
 /// The command line of a local worker: `arguments` without --nproc.
 std::vector<std::string> worker_arguments(
     const std::vector<std::string>& arguments) {
@@ -251,6 +252,7 @@ std::vector<std::string> worker_arguments(
   }
   return kept;
 }
+#endif
 
 /// This process's part in data-parallel training.
 struct Parallel {
