@@ -35,6 +35,7 @@
 #include "gnuplot.h"
 #include "progress.h"
 #include "strategy.h"
+#include "test_util.h"
 
 #ifndef REMAT_CLI_PATH
 #error "REMAT_CLI_PATH must name the built remat binary"
@@ -84,19 +85,7 @@ void write_file(const fs::path& path, const std::string& text) {
   file << text;
 }
 
-// A small heterogeneous chain whose costs make checkpointing worthwhile.
-remat::planner::Chain sample_chain() {
-  std::vector<remat::planner::StageCost> stages;
-  for (int index = 0; index < 6; ++index) {
-    remat::planner::StageCost stage;
-    stage.forward_ms = 1.0 + index % 3;
-    stage.backward_ms = 2.0 * stage.forward_ms;
-    stage.output_bytes = 1000 * (1 + index % 2);
-    stage.saved_bytes = 3 * stage.output_bytes;
-    stages.push_back(stage);
-  }
-  return remat::planner::Chain(stages, 1000);
-}
+using remat::testing::sample_chain;
 
 fs::path sample_chain_file() {
   const fs::path path = scratch() / "sample_chain.json";

@@ -10,6 +10,7 @@
 
 #include "remat/plan_choice.h"
 #include "remat/planner.h"
+#include "test_util.h"
 
 namespace {
 
@@ -17,18 +18,7 @@ using remat::Budget;
 using remat::BudgetOrigin;
 using remat::planner::Strategy;
 
-remat::planner::Chain sample_chain() {
-  std::vector<remat::planner::StageCost> stages;
-  for (int index = 0; index < 6; ++index) {
-    remat::planner::StageCost stage;
-    stage.forward_ms = 1.0 + index % 3;
-    stage.backward_ms = 2.0 * stage.forward_ms;
-    stage.output_bytes = 1000 * (1 + index % 2);
-    stage.saved_bytes = 3 * stage.output_bytes;
-    stages.push_back(stage);
-  }
-  return remat::planner::Chain(stages, 1000);
-}
+using remat::testing::sample_chain;
 
 TEST(ChoosePlan, OptimalFitsTheBudgetOrReportsTheMinimum) {
   const remat::planner::Chain chain = sample_chain();

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "remat/planner/chain.h"
+
 namespace remat::testing {
 
 /// Bitwise equality of two tensors, with the max abs difference on failure.
@@ -76,6 +78,21 @@ inline void expect_all_bitwise_equal(
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_TRUE(bitwise_equal(expected[i], actual[i])) << what << " #" << i;
   }
+}
+
+/// A small heterogeneous chain (6 stages, fixed costs) whose costs make
+/// checkpointing worthwhile: for tests of plan choice and the tool.
+inline remat::planner::Chain sample_chain() {
+  std::vector<remat::planner::StageCost> stages;
+  for (int index = 0; index < 6; ++index) {
+    remat::planner::StageCost stage;
+    stage.forward_ms = 1.0 + index % 3;
+    stage.backward_ms = 2.0 * stage.forward_ms;
+    stage.output_bytes = 1000 * (1 + index % 2);
+    stage.saved_bytes = 3 * stage.output_bytes;
+    stages.push_back(stage);
+  }
+  return remat::planner::Chain(stages, 1000);
 }
 
 }  // namespace remat::testing
