@@ -5,11 +5,12 @@
 //
 // Three steps, each a function: plan_rows (one row per strategy and budget,
 // its plan chosen or its infeasibility stated), measure (the rows' executors
-// run by the benchmark harness's interleaved Runner: gradient gate, warm-up
-// and timed rounds A B C A B C ..., the no-checkpoint row as the baseline)
-// and render (one harness Table of the rows, written as the terminal table,
-// the CSV, the JSON rows and the README's Markdown, plus the plot). The
-// measuring protocol is bench/harness/runner.h's; no optimizer step is taken.
+// run by remat::measure's interleaved Runner: gradient gate, warm-up and
+// timed rounds A B C A B C ..., the no-checkpoint row as the baseline; each
+// time ratio paired by round, with its 95 % interval) and render (one
+// report::Table of the rows, written as the terminal table, the CSV, the
+// JSON rows and the README's Markdown, plus the plot). The measuring
+// protocol is remat/measure/runner.h's; no optimizer step is taken.
 // The no-checkpoint configuration ("none") is always measured: it is the
 // reference of every ratio and of the correctness gate (gradients bitwise
 // equal on CPU, or the command fails). Budget-driven strategies (optimal,
