@@ -1,6 +1,7 @@
-// Tests of the benchmark harness (bench/harness): the statistics every table
-// reports, the report writers, the interleaved runner and its gradient gate,
-// and the scenario registry. Tiny models: each test takes milliseconds.
+// Tests of remat::measure (the statistics every table reports, paired ratios
+// and their intervals, the interleaved runner, its gradient gate and adaptive
+// mode), of the report writers (src/report) and of the benchmark driver's
+// scenario registry (bench/harness). Tiny models: each test takes milliseconds.
 #include <cmath>
 #include <stdexcept>
 #include <string>

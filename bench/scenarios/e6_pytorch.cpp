@@ -22,7 +22,7 @@
 //     bitwise equal on CPU (GradientMismatch otherwise, as the harness's
 //     gate); PyTorch's differences are reported. Then both plain runs are
 //     re-run, interleaved, `rounds` times (has the machine's speed moved?).
-//  4. A remat step is Runner::step (bench/harness/runner.h); the Python side
+//  4. A remat step is Runner::step (remat/measure/runner.h); the Python side
 //     takes its steps the same way: gradients zeroed (allocated, not freed),
 //     input gradient dropped, seed set, meter restarted, forward + loss
 //     (mean(y^2)) timed, backward timed. Both processes count bytes with
