@@ -56,6 +56,27 @@ std::string value_name(int64_t v) {
   return "x_" + std::to_string(v);
 }
 
+/// What a forward of a stage adds to the live bytes (produced) and what it
+/// needs on top of them while it runs (transient).
+struct ForwardBytes {
+  int64_t produced = 0;
+  int64_t transient = 0;
+};
+
+/// The bytes of a forward of kind `kind` (not kBackward) of a stage costing
+/// `cost` (NOTE: [The memory model]). REQUIRES: cost.selective for
+/// kForwardSelective.
+ForwardBytes forward_bytes(const StageCost& cost, OpKind kind) {
+  switch (kind) {
+    case OpKind::kForwardSelective:
+      return {cost.selective->saved_bytes, cost.selective_forward_extra()};
+    case OpKind::kForwardRecord:
+      return {cost.saved_bytes, cost.record_extra()};
+    default:
+      return {cost.output_bytes, cost.forward_extra()};
+  }
+}
+
 }  // namespace
 
 Replay::Replay(const Chain& chain)
@@ -93,56 +114,74 @@ bool Replay::recorded_selectively(int64_t stage) const {
 
 std::string Replay::apply(const Op& op) {
   const int64_t n = chain_->size();
-  const int64_t i = op.stage;
-  if (i < 0 || i >= n) {
-    return "stage " + std::to_string(i) + " out of range [0, " +
+  if (op.stage < 0 || op.stage >= n) {
+    return "stage " + std::to_string(op.stage) + " out of range [0, " +
            std::to_string(n) + ")";
   }
-  const StageCost& cost = chain_->stage(i);
   if (op.kind == OpKind::kBackward) {
-    if (next_backward_ < 0) {
-      return "backward of stage " + std::to_string(i) +
-             " after every backward has run";
+    std::string error = backward_error(op.stage);
+    if (error.empty()) {
+      run_backward(op.stage);
     }
-    if (i != next_backward_) {
-      return "backward of stage " + std::to_string(i) +
-             " out of order, expected the backward of stage " +
-             std::to_string(next_backward_);
-    }
-    if (recorded_[i] == kNotRecorded) {
-      return "backward of stage " + std::to_string(i) +
-             ", which is not recorded";
-    }
-    if (holding_[i] == Holding::kAbsent) {
-      return "backward of stage " + std::to_string(i) + " needs " +
-             value_name(i) + ", which is not held";
-    }
-    int64_t live = current_bytes_;
-    if (i == n - 1) {
-      live += chain_->value_bytes(n);  // g_L appears with the backward phase
-    }
-    const bool selective = recorded_[i] == kSelectiveRecord;
-    const int64_t grad_in = chain_->value_bytes(i + 1);
-    const int64_t grad_out = chain_->value_bytes(i);
-    last_op_peak_bytes_ = live + grad_out + cost.backward_extra(selective);
-    peak_bytes_ = std::max(peak_bytes_, last_op_peak_bytes_);
-    live += grad_out - grad_in -
-            (selective ? cost.selective->saved_bytes : cost.saved_bytes);
-    recorded_[i] = kNotRecorded;
-    holding_[i + 1] = Holding::kAbsent;  // was kInRecord
-    if (i > 0 && holding_[i] != Holding::kInRecord) {
-      holding_[i] = Holding::kAbsent;
-      live -= chain_->value_bytes(i);
-    }
-    current_bytes_ = live;
-    next_backward_ = i - 1;
-    time_ms_ += cost.backward_ms;
-    if (selective) {
-      time_ms_ += cost.selective->recompute_ms;
-    }
-    return "";
+    return error;
   }
+  std::string error = forward_error(op);
+  if (error.empty()) {
+    run_forward(op);
+  }
+  return error;
+}
 
+std::string Replay::backward_error(int64_t i) const {
+  if (next_backward_ < 0) {
+    return "backward of stage " + std::to_string(i) +
+           " after every backward has run";
+  }
+  if (i != next_backward_) {
+    return "backward of stage " + std::to_string(i) +
+           " out of order, expected the backward of stage " +
+           std::to_string(next_backward_);
+  }
+  if (recorded_[i] == kNotRecorded) {
+    return "backward of stage " + std::to_string(i) + ", which is not recorded";
+  }
+  if (holding_[i] == Holding::kAbsent) {
+    return "backward of stage " + std::to_string(i) + " needs " +
+           value_name(i) + ", which is not held";
+  }
+  return "";
+}
+
+void Replay::run_backward(int64_t i) {
+  const int64_t n = chain_->size();
+  const StageCost& cost = chain_->stage(i);
+  int64_t live = current_bytes_;
+  if (i == n - 1) {
+    live += chain_->value_bytes(n);  // g_L appears with the backward phase
+  }
+  const bool selective = recorded_[i] == kSelectiveRecord;
+  const int64_t grad_in = chain_->value_bytes(i + 1);
+  const int64_t grad_out = chain_->value_bytes(i);
+  last_op_peak_bytes_ = live + grad_out + cost.backward_extra(selective);
+  peak_bytes_ = std::max(peak_bytes_, last_op_peak_bytes_);
+  live += grad_out - grad_in -
+          (selective ? cost.selective->saved_bytes : cost.saved_bytes);
+  recorded_[i] = kNotRecorded;
+  holding_[i + 1] = Holding::kAbsent;  // was kInRecord
+  if (i > 0 && holding_[i] != Holding::kInRecord) {
+    holding_[i] = Holding::kAbsent;
+    live -= chain_->value_bytes(i);
+  }
+  current_bytes_ = live;
+  next_backward_ = i - 1;
+  time_ms_ += cost.backward_ms;
+  if (selective) {
+    time_ms_ += cost.selective->recompute_ms;
+  }
+}
+
+std::string Replay::forward_error(const Op& op) const {
+  const int64_t i = op.stage;
   if (i > next_backward_) {
     return "forward of stage " + std::to_string(i) + " after its backward";
   }
@@ -156,27 +195,25 @@ std::string Replay::apply(const Op& op) {
   }
   const bool selective = op.kind == OpKind::kForwardSelective;
   const bool record = op.kind == OpKind::kForwardRecord || selective;
-  if (i == n - 1 && !record) {
+  if (i == chain_->size() - 1 && !record) {
     return "forward of the last stage " + std::to_string(i) +
            " must be kForwardRecord or kForwardSelective (its output only "
            "feeds the loss)";
   }
-  if (selective && !cost.selective) {
+  if (selective && !chain_->stage(i).selective) {
     return "selective forward of stage " + std::to_string(i) +
            ", which has no selective cost (StageCost::selective is unset)";
   }
-  int64_t produced = cost.output_bytes;
-  int64_t transient = cost.forward_extra();
-  if (selective) {
-    produced = cost.selective->saved_bytes;
-    transient = cost.selective_forward_extra();
-  } else if (record) {
-    produced = cost.saved_bytes;
-    transient = cost.record_extra();
-  }
-  last_op_peak_bytes_ = current_bytes_ + produced + transient;
+  return "";
+}
+
+void Replay::run_forward(const Op& op) {
+  const int64_t i = op.stage;
+  const StageCost& cost = chain_->stage(i);
+  const ForwardBytes bytes = forward_bytes(cost, op.kind);
+  last_op_peak_bytes_ = current_bytes_ + bytes.produced + bytes.transient;
   peak_bytes_ = std::max(peak_bytes_, last_op_peak_bytes_);
-  current_bytes_ += produced;
+  current_bytes_ += bytes.produced;
   switch (op.kind) {
     case OpKind::kForwardNoSave:
       holding_[i + 1] = Holding::kLoose;
@@ -194,16 +231,16 @@ std::string Replay::apply(const Op& op) {
     case OpKind::kForwardRecord:
     case OpKind::kForwardSelective:
       holding_[i + 1] = Holding::kInRecord;
-      recorded_[i] = selective ? kSelectiveRecord : kFullRecord;
+      recorded_[i] =
+          op.kind == OpKind::kForwardSelective ? kSelectiveRecord : kFullRecord;
       if (holding_[i] == Holding::kLoose) {
         holding_[i] = Holding::kKept;
       }
       break;
     case OpKind::kBackward:
-      break;  // handled above
+      break;  // run_backward
   }
   time_ms_ += cost.forward_ms;
-  return "";
 }
 
 Simulation simulate(const Chain& chain, const Plan& plan) {

@@ -123,6 +123,13 @@ class Replay {
   static constexpr uint8_t kFullRecord = 1;       // kForwardRecord
   static constexpr uint8_t kSelectiveRecord = 2;  // kForwardSelective
 
+  // The steps of apply(): a check gives the broken rule or "" and changes
+  // nothing; a run applies the op. REQUIRES (runs): the op's check passed.
+  std::string backward_error(int64_t stage) const;
+  void run_backward(int64_t stage);
+  std::string forward_error(const Op& op) const;
+  void run_forward(const Op& op);
+
   const Chain* chain_;
   std::vector<Holding> holding_;   // size L + 1, indexed by value
   std::vector<uint8_t> recorded_;  // size L, indexed by stage
