@@ -70,10 +70,18 @@ struct Workload {
   LossFn loss;
 };
 
+/// The protocol's untimed warm-up rounds before the timed ones (the
+/// default of RunnerOptions::warmup; fit_size's timed checks run as many
+/// warm-up steps).
+inline constexpr int kDefaultWarmupRounds = 3;
+/// The protocol's timed rounds (the default of RunnerOptions::rounds;
+/// fit_size's timed checks run as many timed steps).
+inline constexpr int kDefaultTimedRounds = 10;
+
 /// How Runner::run measures. Defaults follow the protocol.
 struct RunnerOptions {
-  int warmup = 3;        // untimed rounds; Default: 3
-  int rounds = 10;       // timed rounds; Default: 10 (at least 1)
+  int warmup = kDefaultWarmupRounds;  // untimed rounds; Default: 3
+  int rounds = kDefaultTimedRounds;   // timed rounds; Default: 10 (at least 1)
   uint64_t seed = 1000;  // RNG seed of the gate step; round r: seed + 1 + r
   /// Allowed max |difference| of gradients on CUDA (CPU: bitwise always).
   double cuda_tolerance = 1e-5;
