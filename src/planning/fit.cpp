@@ -38,159 +38,33 @@
 #include "remat/fit.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdlib>
-#include <limits>
 #include <optional>
 #include <utility>
 
 #include <c10/util/Exception.h>
 
+#include "chain_model.h"
 #include "model_state.h"
 #include "plan_executor.h"
+#include "remat/measure/runner.h"
+#include "remat/measure/statistics.h"
+#include "remat/measure/timer.h"
 #include "remat/memory_meter.h"
 #include "remat/planned_chain.h"
 #include "remat/planner/simulate.h"
 #include "remat/planner/solvers.h"
-#include "remat/planner/statistics.h"
 
 namespace remat {
 namespace {
 
+using detail::ChainModel;
+
 constexpr int kMaxChecks = 12;  // profile-and-measure rounds per strategy
 // With a time limit, a check's time is the median of kTimedSteps steps after
-// kWarmupSteps (the benchmarks' protocol); the first step measures the peak.
-constexpr int kWarmupSteps = 3;
-constexpr int kTimedSteps = 10;
-
-/// The chains profiled at a few sizes, and the chain at any size on the
-/// polynomial through them (degree: one less than the number of profiles).
-class ChainModel {
- public:
-  ChainModel(std::vector<int64_t> sizes, std::vector<planner::Chain> chains)
-      : sizes_(std::move(sizes)), chains_(std::move(chains)) {
-    TORCH_INTERNAL_ASSERT(
-        (sizes_.size() == 2 || sizes_.size() == 3) &&
-        sizes_.size() == chains_.size());
-  }
-
-  /// The model with `chain`, profiled at `size`, in place of the profile
-  /// farthest from it (or of the one at that size).
-  ChainModel with(int64_t size, const planner::Chain& chain) const {
-    size_t farthest = 0;
-    for (size_t k = 0; k < sizes_.size(); ++k) {
-      if (sizes_[k] == size) {
-        farthest = k;
-        break;
-      }
-      if (std::abs(sizes_[k] - size) > std::abs(sizes_[farthest] - size)) {
-        farthest = k;
-      }
-    }
-    ChainModel result = *this;
-    result.sizes_[farthest] = size;
-    result.chains_[farthest] = chain;
-    return result;
-  }
-
-  /// The modelled chain at `size`.
-  planner::Chain at(int64_t size) const {
-    auto time = [&](auto field) { return std::max(0.0, value(field, size)); };
-    auto bytes = [&](auto field, int64_t floor) {
-      return std::max<int64_t>(
-          floor, static_cast<int64_t>(std::ceil(value(field, size))));
-    };
-    const int64_t input_bytes = bytes(
-        [](const planner::Chain& c) {
-          return static_cast<double>(c.input_bytes());
-        },
-        0);
-    std::vector<planner::StageCost> stages;
-    int64_t value_bytes = input_bytes;  // |x_i|: bounds backward_tmp below
-    for (int64_t i = 0; i < chains_.front().size(); ++i) {
-      auto field = [i](auto member) {
-        return [i, member](const planner::Chain& c) {
-          return static_cast<double>(member(c.stage(i)));
-        };
-      };
-      planner::StageCost cost;
-      cost.forward_ms =
-          time(field([](const planner::StageCost& s) { return s.forward_ms; }));
-      cost.backward_ms = time(
-          field([](const planner::StageCost& s) { return s.backward_ms; }));
-      cost.output_bytes = bytes(
-          field([](const planner::StageCost& s) { return s.output_bytes; }), 0);
-      cost.saved_bytes = bytes(
-          field([](const planner::StageCost& s) { return s.saved_bytes; }), 0);
-      cost.forward_tmp_bytes = bytes(
-          field(
-              [](const planner::StageCost& s) { return s.forward_tmp_bytes; }),
-          0);
-      cost.record_tmp_bytes = bytes(
-          field(
-              [](const planner::StageCost& s) { return s.record_transient(); }),
-          0);
-      cost.backward_tmp_bytes = bytes(
-          field(
-              [](const planner::StageCost& s) { return s.backward_tmp_bytes; }),
-          -value_bytes);
-      const bool selective = std::all_of(
-          chains_.begin(), chains_.end(), [i](const planner::Chain& c) {
-            return c.stage(i).selective.has_value();
-          });
-      if (selective) {
-        auto part = [&field](auto member) {
-          return field([member](const planner::StageCost& s) {
-            return member(*s.selective);
-          });
-        };
-        planner::SelectiveCost costs;
-        costs.saved_bytes = bytes(
-            part([](const planner::SelectiveCost& s) { return s.saved_bytes; }),
-            0);
-        costs.forward_tmp_bytes = bytes(
-            part([](const planner::SelectiveCost& s) {
-              return s.forward_tmp_bytes;
-            }),
-            0);
-        costs.backward_tmp_bytes = bytes(
-            part([](const planner::SelectiveCost& s) {
-              return s.backward_tmp_bytes;
-            }),
-            -value_bytes);
-        costs.recompute_ms = time(part(
-            [](const planner::SelectiveCost& s) { return s.recompute_ms; }));
-        cost.selective = costs;
-      }
-      value_bytes = cost.output_bytes;
-      stages.push_back(cost);
-    }
-    return planner::Chain(std::move(stages), input_bytes);
-  }
-
- private:
-  /// `field` of the profiled chains, taken to `size` on the polynomial
-  /// through them. Newton's form: f0 + (f1 - f0) (n - n0) / (n1 - n0)
-  /// [+ (n - n0) (n - n1) f[n0, n1, n2]].
-  template <typename Field>
-  double value(const Field& field, int64_t size) const {
-    auto at = [&](size_t k) { return field(chains_[k]); };
-    auto n = [&](size_t k) { return static_cast<double>(sizes_[k]); };
-    const double x = static_cast<double>(size);
-    const double f0 = at(0), f1 = at(1);
-    double result = f0 + (f1 - f0) * (x - n(0)) / (n(1) - n(0));
-    if (sizes_.size() == 3) {
-      const double slope01 = (f1 - f0) / (n(1) - n(0));
-      const double slope12 = (at(2) - f1) / (n(2) - n(1));
-      result += (x - n(0)) * (x - n(1)) * (slope12 - slope01) / (n(2) - n(0));
-    }
-    return result;
-  }
-
-  std::vector<int64_t> sizes_;
-  std::vector<planner::Chain> chains_;
-};
+// kWarmupSteps (the measurement protocol's counts, remat::measure); the first
+// step measures the peak.
+constexpr int kWarmupSteps = measure::kDefaultWarmupRounds;
+constexpr int kTimedSteps = measure::kDefaultTimedRounds;
 
 /// What a strategy runs on a chain under the cap, if anything fits.
 struct Choice {
@@ -278,14 +152,14 @@ void measure_steps(
   for (int step = 0; step < steps; ++step) {
     MemoryMeter meter(input.device());
     detail::synchronize(input.device());
-    const auto start = std::chrono::steady_clock::now();
+    const measure::Timer timer;
     torch::Tensor output = net->forward(input);
     torch::Tensor loss = options.loss() ? options.loss()(output)
                                         : output.to(torch::kFloat).sum();
     output = torch::Tensor();  // as a training loop: it goes with backward
     loss.backward();
     detail::synchronize(input.device());
-    const double ms = detail::elapsed_ms(start);
+    const double ms = timer.elapsed_ms();
     if (step == 0) {
       // The loss and its seed gradient are outside the chain; the input
       // inside.
@@ -299,7 +173,7 @@ void measure_steps(
     }
   }
   if (!times.empty()) {
-    answer.measured_step_ms = planner::median(times);
+    answer.measured_step_ms = measure::summarize(times).median;
   }
 }
 
@@ -311,8 +185,8 @@ struct Names {
   const char* max;
 };
 
-/// fit_size under the names of its caller (NOTE: [Fitting a size]).
-std::vector<FitAnswer> fit(
+/// fit()'s checks of its arguments.
+void check_arguments(
     const std::function<FitProblem(int64_t)>& make_problem,
     int64_t cap_bytes,
     const FitSizeOptions& options,
@@ -349,11 +223,23 @@ std::vector<FitAnswer> fit(
       static_cast<bool>(make_problem),
       names.function,
       ": expected a make_problem function, got none");
-  auto problem_at = [&](int64_t size) {
-    FitProblem problem = make_problem(size);
+}
+
+/// make_problem, its result checked.
+class Problems {
+ public:
+  Problems(
+      const std::function<FitProblem(int64_t)>& make_problem,
+      const Names& names)
+      : make_problem_(make_problem), names_(names) {}
+
+  /// The problem at `size`. Throws c10::Error if it has no stages or no
+  /// input.
+  FitProblem at(int64_t size) const {
+    FitProblem problem = make_problem_(size);
     TORCH_CHECK(
         !problem.stages.empty() && problem.input.defined(),
-        names.function,
+        names_.function,
         ": make_problem(",
         size,
         ") must return stages and an input, got ",
@@ -362,7 +248,17 @@ std::vector<FitAnswer> fit(
         problem.input.defined() ? "an" : "an undefined",
         " input");
     return problem;
-  };
+  }
+
+ private:
+  const std::function<FitProblem(int64_t)>& make_problem_;
+  Names names_;
+};
+
+/// Step 1 (NOTE: [Fitting a size]): the model through the chains profiled
+/// at probe_size, twice it and, for kQuadratic, four times it.
+ChainModel profiled_model(
+    const Problems& problems, const FitSizeOptions& options) {
   const int64_t n1 = options.probe_size();
   std::vector<int64_t> sizes{n1, 2 * n1};
   if (options.size_model() == SizeModel::kQuadratic) {
@@ -370,23 +266,31 @@ std::vector<FitAnswer> fit(
   }
   std::vector<planner::Chain> profiled;
   for (const int64_t size : sizes) {
-    const FitProblem problem = problem_at(size);
+    const FitProblem problem = problems.at(size);
     profiled.push_back(
         profile_chain(problem.stages, problem.input, options.profile()));
   }
-  const ChainModel model(sizes, std::move(profiled));
+  return ChainModel(sizes, std::move(profiled));
+}
 
-  // With a time limit every check times its step (NOTE: [Fitting a size]).
-  const bool timed = options.max_time_ratio() > 0;
-  // One check at `size`: the chain profiled there and, if the strategy fits
-  // it under the cap, its measured steps; an answer if they stayed under.
-  struct Check {
-    planner::Chain chain;
-    std::optional<FitAnswer> answer;
-    bool measured_over_cap = false;
-  };
-  auto check = [&](const std::string& strategy, int64_t size) {
-    const FitProblem problem = problem_at(size);
+/// One check at a size: the chain profiled there and, if the strategy fits
+/// it under the cap, its measured steps; an answer if they stayed under.
+struct Check {
+  planner::Chain chain;
+  std::optional<FitAnswer> answer;
+  bool measured_over_cap = false;
+};
+
+/// Runs the checks of one fit (NOTE: [Fitting a size], 3 and 4).
+struct Checker {
+  const Problems& problems;
+  const FitSizeOptions& options;
+  int64_t cap_bytes = 0;
+  /// With a time limit every check times its steps.
+  bool timed = false;
+
+  Check operator()(const std::string& strategy, int64_t size) const {
+    const FitProblem problem = problems.at(size);
     Check result{
         profile_chain(problem.stages, problem.input, options.profile()), {}};
     if (std::optional<Choice> choice =
@@ -406,83 +310,127 @@ std::vector<FitAnswer> fit(
       }
     }
     return result;
-  };
+  }
+};
+
+/// Steps 2 and 3 (NOTE: [Fitting a size]): the largest size in [n1,
+/// max_size] that `strategy` was seen to fit under the cap, searched on the
+/// model and checked; an answer of size 0 when none was.
+FitAnswer largest_under_cap(
+    const std::string& strategy,
+    const ChainModel& model,
+    const Checker& check,
+    int64_t n1,
+    int64_t max_size) {
+  const int64_t cap_bytes = check.cap_bytes;
+  FitAnswer answer;
+  answer.strategy = strategy;
+  // Sizes below `fitted` + 1 were seen to fit (answer holds the largest);
+  // sizes from `failed` on were seen not to.
+  ChainModel refined = model;
+  int64_t fitted = n1 - 1;
+  int64_t failed = max_size + 1;
+  int64_t size = largest_on_model(strategy, refined, n1, max_size, cap_bytes);
+  for (int round = 0; round < kMaxChecks; ++round) {
+    if (size <= fitted) {
+      // Nothing larger fits on the model: see that the next size does
+      // not fit either, unless that is known.
+      if (fitted + 1 >= failed) {
+        break;
+      }
+      size = fitted + 1;
+    }
+    Check result = check(strategy, size);
+    if (result.answer) {
+      answer = std::move(*result.answer);
+      fitted = size;
+      refined = refined.with(size, result.chain);
+      size = largest_on_model(strategy, refined, size, failed - 1, cap_bytes);
+    } else if (result.measured_over_cap) {
+      // The profile fits, the measured step does not, and the model
+      // cannot tell why: step down.
+      failed = size;
+      size = std::max(fitted, std::min(size - 1, size * 9 / 10));
+    } else {
+      // The model was wrong here: take this profile into it and search
+      // again below.
+      failed = size;
+      refined = refined.with(size, result.chain);
+      size = largest_on_model(
+          strategy, refined, std::max(n1, fitted), size - 1, cap_bytes);
+    }
+  }
+  return answer;
+}
+
+/// A measured step's time per unit of size.
+double ms_per_unit(const FitAnswer& answer) {
+  return answer.measured_step_ms / static_cast<double>(answer.size);
+}
+
+/// Step 4 (NOTE: [Fitting a size]), for a strategy over the time limit at
+/// the cap's answer `at_cap`: the largest size from no checkpointing's
+/// answer (`reference_size`) up whose measured time per unit is within
+/// `limit_ms_per_unit`, by bisection on measured times (they grow with the
+/// size as the plan recomputes more under the same cap); an answer of size
+/// 0 when none is.
+FitAnswer largest_within_time(
+    const std::string& strategy,
+    const FitAnswer& at_cap,
+    int64_t reference_size,
+    double limit_ms_per_unit,
+    const Checker& check) {
+  FitAnswer within;
+  within.strategy = strategy;
+  int64_t lo = std::min(reference_size, at_cap.size - 1);
+  int64_t hi = at_cap.size - 1;
+  while (lo <= hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    Check result = check(strategy, mid);
+    if (result.answer && ms_per_unit(*result.answer) <= limit_ms_per_unit) {
+      within = std::move(*result.answer);
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return within;
+}
+
+/// fit_size under the names of its caller (NOTE: [Fitting a size]).
+std::vector<FitAnswer> fit(
+    const std::function<FitProblem(int64_t)>& make_problem,
+    int64_t cap_bytes,
+    const FitSizeOptions& options,
+    const Names& names) {
+  check_arguments(make_problem, cap_bytes, options, names);
+  const Problems problems(make_problem, names);
+  const ChainModel model = profiled_model(problems, options);
+  const Checker check{
+      problems, options, cap_bytes, options.max_time_ratio() > 0};
 
   std::vector<FitAnswer> answers;
   double reference_ms_per_unit = 0;  // none's, measured at its answer
   int64_t reference_size = 0;
   for (const std::string strategy :
        {"none", "checkpoint_sequential", "optimal"}) {
-    FitAnswer answer;
-    answer.strategy = strategy;
-    // Sizes below `fitted` + 1 were seen to fit (answer holds the largest);
-    // sizes from `failed` on were seen not to.
-    ChainModel refined = model;
-    int64_t fitted = n1 - 1;
-    int64_t failed = options.max_size() + 1;
-    int64_t size =
-        largest_on_model(strategy, refined, n1, options.max_size(), cap_bytes);
-    for (int round = 0; round < kMaxChecks; ++round) {
-      if (size <= fitted) {
-        // Nothing larger fits on the model: see that the next size does
-        // not fit either, unless that is known.
-        if (fitted + 1 >= failed) {
-          break;
-        }
-        size = fitted + 1;
-      }
-      Check result = check(strategy, size);
-      if (result.answer) {
-        answer = std::move(*result.answer);
-        fitted = size;
-        refined = refined.with(size, result.chain);
-        size = largest_on_model(strategy, refined, size, failed - 1, cap_bytes);
-      } else if (result.measured_over_cap) {
-        // The profile fits, the measured step does not, and the model
-        // cannot tell why: step down.
-        failed = size;
-        size = std::max(fitted, std::min(size - 1, size * 9 / 10));
-      } else {
-        // The model was wrong here: take this profile into it and search
-        // again below.
-        failed = size;
-        refined = refined.with(size, result.chain);
-        size = largest_on_model(
-            strategy, refined, std::max(n1, fitted), size - 1, cap_bytes);
-      }
-    }
-    auto ms_per_unit = [](const FitAnswer& a) {
-      return a.measured_step_ms / static_cast<double>(a.size);
-    };
+    FitAnswer answer = largest_under_cap(
+        strategy, model, check, options.probe_size(), options.max_size());
     if (strategy == "none") {
       if (answer.size > 0) {
         reference_ms_per_unit = ms_per_unit(answer);
         reference_size = answer.size;
       }
     } else if (
-        timed && reference_size > 0 && answer.size > 0 &&
+        check.timed && reference_size > 0 && answer.size > 0 &&
         ms_per_unit(answer) >
             options.max_time_ratio() * reference_ms_per_unit) {
-      // Over the time limit at the cap's answer: the largest size from
-      // no checkpointing's answer up that meets it, by bisection on
-      // measured times (they grow with the size as the plan recomputes
-      // more under the same cap).
-      const double limit = options.max_time_ratio() * reference_ms_per_unit;
-      FitAnswer within;
-      within.strategy = strategy;
-      int64_t lo = std::min(reference_size, answer.size - 1);
-      int64_t hi = answer.size - 1;
-      while (lo <= hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        Check result = check(strategy, mid);
-        if (result.answer && ms_per_unit(*result.answer) <= limit) {
-          within = std::move(*result.answer);
-          lo = mid + 1;
-        } else {
-          hi = mid - 1;
-        }
-      }
-      answer = std::move(within);
+      answer = largest_within_time(
+          strategy,
+          answer,
+          reference_size,
+          options.max_time_ratio() * reference_ms_per_unit,
+          check);
     }
     answers.push_back(std::move(answer));
   }

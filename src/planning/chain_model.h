@@ -1,0 +1,147 @@
+// chain_model.h (private): the chains of a model profiled at a few sizes,
+// and the modelled chain at any size, for fit_size and fit_batch (step 1 of
+// NOTE: [Fitting a size] in fit.cpp).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#include <c10/util/Exception.h>
+
+#include "remat/planner/chain.h"
+
+namespace remat::detail {
+
+/// The chains profiled at a few sizes, and the chain at any size on the
+/// polynomial through them (degree: one less than the number of profiles).
+class ChainModel {
+ public:
+  ChainModel(std::vector<int64_t> sizes, std::vector<planner::Chain> chains)
+      : sizes_(std::move(sizes)), chains_(std::move(chains)) {
+    TORCH_INTERNAL_ASSERT(
+        (sizes_.size() == 2 || sizes_.size() == 3) &&
+        sizes_.size() == chains_.size());
+  }
+
+  /// The model with `chain`, profiled at `size`, in place of the profile
+  /// farthest from it (or of the one at that size).
+  ChainModel with(int64_t size, const planner::Chain& chain) const {
+    size_t farthest = 0;
+    for (size_t k = 0; k < sizes_.size(); ++k) {
+      if (sizes_[k] == size) {
+        farthest = k;
+        break;
+      }
+      if (std::abs(sizes_[k] - size) > std::abs(sizes_[farthest] - size)) {
+        farthest = k;
+      }
+    }
+    ChainModel result = *this;
+    result.sizes_[farthest] = size;
+    result.chains_[farthest] = chain;
+    return result;
+  }
+
+  /// The modelled chain at `size`.
+  planner::Chain at(int64_t size) const {
+    auto time = [&](auto field) { return std::max(0.0, value(field, size)); };
+    auto bytes = [&](auto field, int64_t floor) {
+      return std::max<int64_t>(
+          floor, static_cast<int64_t>(std::ceil(value(field, size))));
+    };
+    const int64_t input_bytes = bytes(
+        [](const planner::Chain& c) {
+          return static_cast<double>(c.input_bytes());
+        },
+        0);
+    std::vector<planner::StageCost> stages;
+    int64_t value_bytes = input_bytes;  // |x_i|: bounds backward_tmp below
+    for (int64_t i = 0; i < chains_.front().size(); ++i) {
+      auto field = [i](auto member) {
+        return [i, member](const planner::Chain& c) {
+          return static_cast<double>(member(c.stage(i)));
+        };
+      };
+      planner::StageCost cost;
+      cost.forward_ms =
+          time(field([](const planner::StageCost& s) { return s.forward_ms; }));
+      cost.backward_ms = time(
+          field([](const planner::StageCost& s) { return s.backward_ms; }));
+      cost.output_bytes = bytes(
+          field([](const planner::StageCost& s) { return s.output_bytes; }), 0);
+      cost.saved_bytes = bytes(
+          field([](const planner::StageCost& s) { return s.saved_bytes; }), 0);
+      cost.forward_tmp_bytes = bytes(
+          field(
+              [](const planner::StageCost& s) { return s.forward_tmp_bytes; }),
+          0);
+      cost.record_tmp_bytes = bytes(
+          field(
+              [](const planner::StageCost& s) { return s.record_transient(); }),
+          0);
+      cost.backward_tmp_bytes = bytes(
+          field(
+              [](const planner::StageCost& s) { return s.backward_tmp_bytes; }),
+          -value_bytes);
+      const bool selective = std::all_of(
+          chains_.begin(), chains_.end(), [i](const planner::Chain& c) {
+            return c.stage(i).selective.has_value();
+          });
+      if (selective) {
+        auto part = [&field](auto member) {
+          return field([member](const planner::StageCost& s) {
+            return member(*s.selective);
+          });
+        };
+        planner::SelectiveCost costs;
+        costs.saved_bytes = bytes(
+            part([](const planner::SelectiveCost& s) { return s.saved_bytes; }),
+            0);
+        costs.forward_tmp_bytes = bytes(
+            part([](const planner::SelectiveCost& s) {
+              return s.forward_tmp_bytes;
+            }),
+            0);
+        costs.backward_tmp_bytes = bytes(
+            part([](const planner::SelectiveCost& s) {
+              return s.backward_tmp_bytes;
+            }),
+            -value_bytes);
+        costs.recompute_ms = time(part(
+            [](const planner::SelectiveCost& s) { return s.recompute_ms; }));
+        cost.selective = costs;
+      }
+      value_bytes = cost.output_bytes;
+      stages.push_back(cost);
+    }
+    return planner::Chain(std::move(stages), input_bytes);
+  }
+
+ private:
+  /// `field` of the profiled chains, taken to `size` on the polynomial
+  /// through them. Newton's form: f0 + (f1 - f0) (n - n0) / (n1 - n0)
+  /// [+ (n - n0) (n - n1) f[n0, n1, n2]].
+  template <typename Field>
+  double value(const Field& field, int64_t size) const {
+    auto at = [&](size_t k) { return field(chains_[k]); };
+    auto n = [&](size_t k) { return static_cast<double>(sizes_[k]); };
+    const double x = static_cast<double>(size);
+    const double f0 = at(0), f1 = at(1);
+    double result = f0 + (f1 - f0) * (x - n(0)) / (n(1) - n(0));
+    if (sizes_.size() == 3) {
+      const double slope01 = (f1 - f0) / (n(1) - n(0));
+      const double slope12 = (at(2) - f1) / (n(2) - n(1));
+      result += (x - n(0)) * (x - n(1)) * (slope12 - slope01) / (n(2) - n(0));
+    }
+    return result;
+  }
+
+  std::vector<int64_t> sizes_;
+  std::vector<planner::Chain> chains_;
+};
+
+}  // namespace remat::detail
