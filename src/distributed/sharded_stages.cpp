@@ -53,6 +53,7 @@
 
 #include "compat/compat.h"
 #include "remat/distributed.h"
+#include "sharded_units.h"
 
 namespace remat::distributed {
 
@@ -207,6 +208,11 @@ struct ShardedStages::State {
 
 namespace {
 
+using detail::find_units;
+using detail::padded_elements;
+using detail::resident_bytes_of_unit;
+using detail::Units;
+using detail::with_unit_bytes;
 using State = ShardedStages::State;
 
 /// One end of a stage's graph (NOTE: [Stage boundaries in backward]): in
@@ -276,128 +282,6 @@ torch::Tensor run_sharded(
     state->release(unit);
   }
   return output;
-}
-
-void check_unit_parameters(
-    const std::vector<torch::Tensor>& parameters, size_t stage) {
-  for (size_t k = 0; k < parameters.size(); ++k) {
-    const torch::Tensor& p = parameters[k];
-    TORCH_CHECK(
-        p.device().is_cpu() && p.layout() == torch::kStrided &&
-            p.is_floating_point() &&
-            p.scalar_type() == parameters.front().scalar_type(),
-        "remat::distributed::ShardedStages: expected the parameters of stage ",
-        stage,
-        "'s module to be dense CPU tensors of one floating-point dtype (",
-        parameters.front().toString(),
-        "), got ",
-        p.toString(),
-        " at index ",
-        k);
-  }
-}
-
-/// The units of a chain of stages (NOTE: [Sharded units]).
-struct Units {
-  std::vector<std::shared_ptr<torch::nn::Module>> modules;  // one per unit
-  std::vector<int64_t> unit_of_stage;  // -1: a stage without parameters
-};
-
-/// Finds the units of `stages`, checking them (see the constructor).
-Units find_units(const std::vector<Stage>& stages) {
-  TORCH_CHECK(
-      !stages.empty(),
-      "remat::distributed::ShardedStages: expected at least one stage, got "
-      "none");
-  Units units;
-  std::vector<std::vector<torch::Tensor>> parameters_of_unit;
-  for (size_t i = 0; i < stages.size(); ++i) {
-    TORCH_CHECK(
-        static_cast<bool>(stages[i].forward),
-        "remat::distributed::ShardedStages: expected every stage to have a "
-        "forward, stage ",
-        i,
-        " has none");
-    const auto& module = stages[i].module;
-    if (!module || module->parameters().empty()) {
-      units.unit_of_stage.push_back(-1);
-      continue;
-    }
-    const auto known =
-        std::find(units.modules.begin(), units.modules.end(), module);
-    if (known != units.modules.end()) {
-      units.unit_of_stage.push_back(known - units.modules.begin());
-      continue;
-    }
-    std::vector<torch::Tensor> parameters = module->parameters();
-    check_unit_parameters(parameters, i);
-    for (const auto& earlier : parameters_of_unit) {
-      for (const torch::Tensor& p : parameters) {
-        for (const torch::Tensor& q : earlier) {
-          TORCH_CHECK(
-              !p.is_same(q),
-              "remat::distributed::ShardedStages: a parameter of shape ",
-              p.sizes(),
-              " belongs to the module of stage ",
-              i,
-              " and to an earlier stage's module; expected each parameter "
-              "in one stage module (tied weights are not supported)");
-        }
-      }
-    }
-    units.unit_of_stage.push_back(static_cast<int64_t>(units.modules.size()));
-    units.modules.push_back(module);
-    parameters_of_unit.push_back(std::move(parameters));
-  }
-  return units;
-}
-
-/// Elements of a unit's flat buffer: its parameters' total, rounded up to a
-/// multiple of the world size.
-int64_t padded_elements(
-    const std::vector<torch::Tensor>& parameters, int64_t world_size) {
-  int64_t total = 0;
-  for (const torch::Tensor& p : parameters) {
-    total += p.numel();
-  }
-  return (total + world_size - 1) / world_size * world_size;
-}
-
-/// What one rank holds through the step of a unit of `unit_bytes` (its
-/// gathered size): its shard and the shard's gradient.
-int64_t resident_bytes_of_unit(int64_t unit_bytes, int64_t world_size) {
-  return 2 * (unit_bytes / world_size);
-}
-
-/// The chain of `chain` with gathered and resident bytes for `units`.
-planner::Chain with_unit_bytes(
-    const planner::Chain& chain,
-    const Units& units,
-    int64_t world_size,
-    const char* who) {
-  TORCH_CHECK(
-      chain.size() == static_cast<int64_t>(units.unit_of_stage.size()),
-      who,
-      ": expected a chain of ",
-      units.unit_of_stage.size(),
-      " stages (one per stage), got ",
-      chain.size());
-  std::vector<int64_t> unit_bytes;
-  int64_t resident = 0;
-  for (const auto& module : units.modules) {
-    const std::vector<torch::Tensor> parameters = module->parameters();
-    const int64_t bytes =
-        padded_elements(parameters, world_size) *
-        static_cast<int64_t>(parameters.front().element_size());
-    unit_bytes.push_back(bytes);
-    resident += resident_bytes_of_unit(bytes, world_size);
-  }
-  std::vector<planner::StageCost> stages = chain.stages();
-  for (size_t i = 0; i < stages.size(); ++i) {
-    const int64_t unit = units.unit_of_stage[i];
-    stages[i].gathered_bytes = unit < 0 ? 0 : unit_bytes[unit];
-  }
-  return planner::Chain(std::move(stages), chain.input_bytes(), resident);
 }
 
 /// A module that runs one wrapped stage (ShardedStages::sequential()).
@@ -557,21 +441,6 @@ planner::Chain ShardedStages::sharded_chain(const planner::Chain& chain) const {
       units,
       state_->group.world_size(),
       "remat::distributed::ShardedStages::sharded_chain");
-}
-
-planner::Chain sharded_chain(
-    const planner::Chain& chain,
-    const std::vector<Stage>& stages,
-    int64_t world_size) {
-  TORCH_CHECK(
-      world_size >= 1,
-      "remat::distributed::sharded_chain: expected a world size >= 1, got ",
-      world_size);
-  return with_unit_bytes(
-      chain,
-      find_units(stages),
-      world_size,
-      "remat::distributed::sharded_chain");
 }
 
 void ShardedStages::finish() {
