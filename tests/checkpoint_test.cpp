@@ -22,7 +22,9 @@ using remat::DeterminismCheck;
 using remat::Mode;
 using remat::testing::bitwise_equal;
 using remat::testing::expect_all_bitwise_equal;
+using remat::testing::expect_same_step;
 using remat::testing::grads_of;
+using remat::testing::TrainingStep;
 using torch::autograd::variable_list;
 
 // ---- small models, each a Sequential of blocks -----------------------------
@@ -160,14 +162,9 @@ torch::Tensor run_model(
   return remat::checkpoint(per_block, x, outer);
 }
 
-struct StepResult {
-  torch::Tensor input_grad;
-  std::vector<torch::Tensor> param_grads;
-  std::vector<torch::Tensor> buffers;
-  torch::Tensor next_random;  // RNG stream position after the step
-};
-
-StepResult train_step(
+// One training step; its rng_after is a value drawn after the step (the RNG
+// stream's position).
+TrainingStep train_step(
     const ModelCase& model_case,
     Wrap wrap,
     const CheckpointOptions& options = {}) {
@@ -178,20 +175,11 @@ StepResult train_step(
   auto y = run_model(model, x, wrap, options);
   auto loss = (y * y).sum();
   loss.backward();
-  StepResult result{x.grad().clone(), grads_of(*model), {}, torch::rand({1})};
+  TrainingStep result{grads_of(*model), x.grad().clone(), {}, torch::rand({1})};
   for (const auto& b : model->buffers()) {
     result.buffers.push_back(b.clone());
   }
   return result;
-}
-
-void expect_same_step(const StepResult& expected, const StepResult& actual) {
-  EXPECT_TRUE(bitwise_equal(expected.input_grad, actual.input_grad));
-  expect_all_bitwise_equal(
-      expected.param_grads, actual.param_grads, "param grad");
-  expect_all_bitwise_equal(expected.buffers, actual.buffers, "buffer");
-  EXPECT_TRUE(bitwise_equal(expected.next_random, actual.next_random))
-      << "RNG stream after backward differs";
 }
 
 // ---- equivalence suite
@@ -231,8 +219,8 @@ TEST_P(Equivalence, CheckpointSequentialGradientsEqualPlainBitwise) {
       auto y = remat::checkpoint_sequential(
           model, segments, x, CheckpointOptions().mode(GetParam()));
       (y * y).sum().backward();
-      StepResult result{
-          x.grad().clone(), grads_of(*model), {}, torch::rand({1})};
+      TrainingStep result{
+          grads_of(*model), x.grad().clone(), {}, torch::rand({1})};
       for (const auto& b : model->buffers()) {
         result.buffers.push_back(b.clone());
       }

@@ -30,6 +30,8 @@
 namespace {
 
 using remat::testing::bitwise_equal;
+using remat::testing::expect_same_step;
+using remat::testing::TrainingStep;
 
 torch::TensorOptions on_gpu() {
   return torch::dtype(torch::kFloat).device(torch::kCUDA);
@@ -59,13 +61,8 @@ torch::nn::Sequential dropout_mlp(int64_t width, int64_t blocks) {
   return model;
 }
 
-struct Step {
-  std::vector<torch::Tensor> grads;
-  torch::Tensor input_grad;
-  torch::Tensor rng_after;  // the CUDA generator state after the step
-};
-
-Step run_step(
+// rng_after: the CUDA generator's state after the step.
+TrainingStep run_step(
     torch::nn::Sequential& model,
     const torch::Tensor& input,
     const std::function<torch::Tensor(const torch::Tensor&)>& fn) {
@@ -73,26 +70,15 @@ Step run_step(
   torch::manual_seed(1234);  // seeds every CUDA device too
   auto x = input.detach().requires_grad_(true);
   fn(x).pow(2).sum().backward();
-  Step step;
+  TrainingStep step;
   for (const auto& parameter : model->parameters()) {
-    step.grads.push_back(parameter.grad().clone());
+    step.param_grads.push_back(parameter.grad().clone());
   }
   step.input_grad = x.grad().clone();
   at::Generator generator =
       at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, 0));
   step.rng_after = generator.get_state();
   return step;
-}
-
-void expect_same_step(const Step& expected, const Step& actual) {
-  ASSERT_EQ(expected.grads.size(), actual.grads.size());
-  for (size_t i = 0; i < expected.grads.size(); ++i) {
-    EXPECT_TRUE(bitwise_equal(expected.grads[i], actual.grads[i]))
-        << "parameter " << i;
-  }
-  EXPECT_TRUE(bitwise_equal(expected.input_grad, actual.input_grad));
-  EXPECT_TRUE(torch::equal(expected.rng_after, actual.rng_after))
-      << "the CUDA generator ends elsewhere than after a plain step";
 }
 
 // ------------------------------------------------------------ MemoryMeter
@@ -142,24 +128,26 @@ class CheckpointOnCuda : public ::testing::TestWithParam<remat::Mode> {};
 TEST_P(CheckpointOnCuda, GradientsAndRngEqualPlainWithDropout_CUDA) {
   auto model = dropout_mlp(/*width=*/256, /*blocks=*/3);
   const auto input = torch::randn({64, 256}, on_gpu());
-  const Step plain = run_step(
+  const TrainingStep plain = run_step(
       model, input, [&](const torch::Tensor& x) { return model->forward(x); });
   const auto options = remat::CheckpointOptions().mode(GetParam());
-  const Step checkpointed = run_step(model, input, [&](const torch::Tensor& x) {
-    torch::Tensor h = x;
-    for (size_t i = 0; i < model->size(); ++i) {
-      auto block = model[i]->as<BlockImpl>();
-      h = remat::checkpoint(
-          [block](const torch::Tensor& in) { return block->forward(in); },
-          h,
-          options);
-    }
-    return h;
-  });
+  const TrainingStep checkpointed =
+      run_step(model, input, [&](const torch::Tensor& x) {
+        torch::Tensor h = x;
+        for (size_t i = 0; i < model->size(); ++i) {
+          auto block = model[i]->as<BlockImpl>();
+          h = remat::checkpoint(
+              [block](const torch::Tensor& in) { return block->forward(in); },
+              h,
+              options);
+        }
+        return h;
+      });
   expect_same_step(plain, checkpointed);
-  const Step sequential = run_step(model, input, [&](const torch::Tensor& x) {
-    return remat::checkpoint_sequential(model, 3, x, options);
-  });
+  const TrainingStep sequential =
+      run_step(model, input, [&](const torch::Tensor& x) {
+        return remat::checkpoint_sequential(model, 3, x, options);
+      });
   expect_same_step(plain, sequential);
 }
 
@@ -232,7 +220,7 @@ TEST(AutoCheckpoint, MeasuredCudaPeakStaysWithinTheBudget_CUDA) {
 TEST(SaveOnCpu, MovesActivationsToHostAndBackBitForBit_CUDA) {
   auto model = dropout_mlp(256, 8);
   const auto input = torch::randn({512, 256}, on_gpu());
-  const Step plain = run_step(
+  const TrainingStep plain = run_step(
       model, input, [&](const torch::Tensor& x) { return model->forward(x); });
   remat::MemoryMeter plain_meter(c10::Device(c10::kCUDA));
   run_step(
@@ -243,10 +231,11 @@ TEST(SaveOnCpu, MovesActivationsToHostAndBackBitForBit_CUDA) {
   // fetches.
   std::optional<remat::SaveOnCpu> offload;
   remat::MemoryMeter offload_meter(c10::Device(c10::kCUDA));
-  const Step offloaded = run_step(model, input, [&](const torch::Tensor& x) {
-    offload.emplace();
-    return model->forward(x);
-  });
+  const TrainingStep offloaded =
+      run_step(model, input, [&](const torch::Tensor& x) {
+        offload.emplace();
+        return model->forward(x);
+      });
   const int64_t offload_peak = offload_meter.peak_delta_bytes();
   const remat::OffloadStats stats = offload->stats();
   offload.reset();

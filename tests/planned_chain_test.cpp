@@ -28,6 +28,7 @@ namespace {
 
 using remat::testing::bitwise_equal;
 using remat::testing::expect_all_bitwise_equal;
+using remat::testing::expect_same_step;
 using remat::testing::grads_of;
 
 /// A residual block whose forward takes a mask besides its input.
@@ -83,10 +84,8 @@ struct MaskedChain {
     }
   }
 
-  struct Step {
-    std::vector<torch::Tensor> grads;
-    torch::Tensor input_grad;
-    std::vector<torch::Tensor> buffers;
+  // rng_after is not kept: the chains are compared on gradients and buffers.
+  struct Step : remat::testing::TrainingStep {
     int64_t activation_peak_bytes = 0;
   };
 
@@ -113,7 +112,7 @@ struct MaskedChain {
       result.activation_peak_bytes =
           meter.peak_delta_bytes() - 2 * static_cast<int64_t>(loss.nbytes());
     }
-    result.grads = grads_of(*modules);
+    result.param_grads = grads_of(*modules);
     result.input_grad = x.grad();
     for (const auto& buffer : modules->buffers()) {
       result.buffers.push_back(buffer.clone());
@@ -129,16 +128,6 @@ struct MaskedChain {
     return value;
   }
 };
-
-void expect_same_step(
-    const MaskedChain::Step& expected, const MaskedChain::Step& actual) {
-  expect_all_bitwise_equal(expected.grads, actual.grads, "parameter grads");
-  EXPECT_TRUE(bitwise_equal(expected.input_grad, actual.input_grad))
-      << "input grad";
-  // The buffers moved once (as in one plain step), not once per recomputation.
-  expect_all_bitwise_equal(
-      expected.buffers, actual.buffers, "BatchNorm buffers");
-}
 
 TEST(
     PlannedChain,

@@ -80,6 +80,33 @@ inline void expect_all_bitwise_equal(
   }
 }
 
+/// What one training step leaves behind, to compare a checkpointed step
+/// with a plain one (expect_same_step).
+struct TrainingStep {
+  std::vector<torch::Tensor> param_grads;  // one per parameter
+  torch::Tensor input_grad;
+  std::vector<torch::Tensor> buffers;  // after the step; empty: none kept
+  /// A witness of the random stream after the step (a generator state or a
+  /// value drawn from it); undefined in both steps: not compared.
+  torch::Tensor rng_after;
+};
+
+/// Asserts that `actual` left the same gradients, buffers and random stream
+/// as `expected`, bitwise.
+inline void expect_same_step(
+    const TrainingStep& expected, const TrainingStep& actual) {
+  expect_all_bitwise_equal(
+      expected.param_grads, actual.param_grads, "parameter grad");
+  EXPECT_TRUE(bitwise_equal(expected.input_grad, actual.input_grad))
+      << "input grad";
+  // The buffers moved once (as in one plain step), not once per recomputation.
+  expect_all_bitwise_equal(expected.buffers, actual.buffers, "buffer");
+  if (expected.rng_after.defined() || actual.rng_after.defined()) {
+    EXPECT_TRUE(bitwise_equal(expected.rng_after, actual.rng_after))
+        << "the random stream ends elsewhere than after the expected step";
+  }
+}
+
 /// A small heterogeneous chain (6 stages, fixed costs) whose costs make
 /// checkpointing worthwhile: for tests of plan choice and the tool.
 inline remat::planner::Chain sample_chain() {
