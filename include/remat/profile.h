@@ -60,16 +60,38 @@ struct ProfileOptions {
   /// backward, recomputation included, costs), so the planner may choose
   /// kForwardSelective. Default: empty (no selective costs).
   TORCH_ARG(Policy, selective_policy) = {};
+  /// Bytes of optimizer state per byte of trainable parameters, for the
+  /// chain's model state (planner::ModelState: what a total budget,
+  /// Budget::total, subtracts): 2 for Adam and AdamW (two moments), 1 for
+  /// SGD with momentum, 0 for plain SGD. Default: 2.
+  TORCH_ARG(double, optimizer_state_ratio) = 2;
 };
+
+/// The model state of a training step of `stages` (planner::ModelState):
+/// parameter_bytes, the distinct parameter and buffer storages of the
+/// stages' modules (a module shared by stages counted once);
+/// gradient_bytes, the bytes of the parameters that require grad (their
+/// gradients' size, allocated or not); optimizer_bytes,
+/// `optimizer_state_ratio` times gradient_bytes, rounded down. Stages
+/// without a module hold none.
+///
+/// Throws c10::Error if optimizer_state_ratio is negative, above 64 or not
+/// finite.
+planner::ModelState model_state_of(
+    const std::vector<Stage>& stages,
+    double optimizer_state_ratio = 2);
 
 /// Measures the cost of every child of `model` on `sample` (the chain input
 /// x_0, whose bytes become input_bytes) and returns the chain the planner
 /// solves. The stage-0 backward computes an input gradient only if `sample`
 /// requires grad, as the runtime does.
 ///
+/// The chain's model_state() is model_state_of(the children,
+/// options.optimizer_state_ratio()).
+///
 /// REQUIRES: every child takes one Tensor and returns one Tensor.
-/// Throws c10::Error if `model` is empty or null, `sample` is undefined, or
-/// warmup < 0 or repeats < 1.
+/// Throws c10::Error if `model` is empty or null, `sample` is undefined,
+/// warmup < 0 or repeats < 1, or as model_state_of().
 ///
 /// Example:
 // clang-format off

@@ -68,13 +68,40 @@ void add_bytes(
   total += weight * value;
 }
 
+// Each field of a model state >= 0 and their sum within the byte limit
+// (the state is added to peaks in reports and subtracted from total budgets).
+void check_model_state(const ModelState& state) {
+  int64_t total = 0;
+  for (const auto& [field, value] :
+       {std::pair<const char*, int64_t>{
+            "parameter_bytes", state.parameter_bytes},
+        {"gradient_bytes", state.gradient_bytes},
+        {"optimizer_bytes", state.optimizer_bytes}}) {
+    if (value < 0) {
+      fail(
+          std::string("model_state.") + field + ": expected >= 0, got " +
+          std::to_string(value));
+    }
+    if (value > kByteTotalLimit - total) {
+      fail(
+          std::string("model_state.") + field + ": " + std::to_string(value) +
+          " makes the model state exceed INT64_MAX / 4");
+    }
+    total += value;
+  }
+}
+
 }  // namespace
 
 Chain::Chain(
-    std::vector<StageCost> stages, int64_t input_bytes, int64_t resident_bytes)
+    std::vector<StageCost> stages,
+    int64_t input_bytes,
+    int64_t resident_bytes,
+    ModelState model_state)
     : stages_(std::move(stages)),
       input_bytes_(input_bytes),
-      resident_bytes_(resident_bytes) {
+      resident_bytes_(resident_bytes),
+      model_state_(model_state) {
   if (stages_.empty()) {
     fail("expected at least one stage, got an empty chain");
   }
@@ -99,6 +126,7 @@ Chain::Chain(
         " makes the chain's byte total exceed INT64_MAX / 4");
   }
   byte_total += resident_bytes_;
+  check_model_state(model_state_);
   double total_ms = 0;
   for (int64_t i = 0; i < size(); ++i) {
     const StageCost& s = stages_[i];
@@ -204,9 +232,24 @@ bool operator!=(const StageCost& lhs, const StageCost& rhs) {
   return !(lhs == rhs);
 }
 
+bool operator==(const ModelState& lhs, const ModelState& rhs) {
+  return lhs.parameter_bytes == rhs.parameter_bytes &&
+         lhs.gradient_bytes == rhs.gradient_bytes &&
+         lhs.optimizer_bytes == rhs.optimizer_bytes;
+}
+
+bool operator!=(const ModelState& lhs, const ModelState& rhs) {
+  return !(lhs == rhs);
+}
+
+Chain Chain::with_model_state(const ModelState& state) const {
+  return Chain(stages_, input_bytes_, resident_bytes_, state);
+}
+
 bool operator==(const Chain& lhs, const Chain& rhs) {
   return lhs.input_bytes() == rhs.input_bytes() &&
          lhs.resident_bytes() == rhs.resident_bytes() &&
+         lhs.model_state() == rhs.model_state() &&
          lhs.stages() == rhs.stages();
 }
 

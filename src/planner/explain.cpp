@@ -275,4 +275,68 @@ std::string explain(const Chain& chain, const Plan& plan) {
   return to_text(explain_report(chain, plan));
 }
 
+double StepMemory::max_saving_fraction() const {
+  const int64_t total = total_store_all_bytes();
+  return total > 0 ? static_cast<double>(max_saving_bytes()) /
+                         static_cast<double>(total)
+                   : 0.0;
+}
+
+StepMemory step_memory(const Chain& chain) {
+  StepMemory memory;
+  memory.model_state = chain.model_state();
+  memory.input_bytes = chain.input_bytes();
+  memory.store_all_peak_bytes =
+      simulate(chain, solve_store_all(chain)).peak_bytes;
+  if (chain.size() <= kMaxExactStages) {
+    memory.least_peak_bytes = min_feasible_budget_bytes(chain);
+  }
+  return memory;
+}
+
+std::string to_text(const StepMemory& memory, const std::string& optimizer) {
+  std::ostringstream out;
+  auto row = [&out](const std::string& label, int64_t bytes) {
+    char line[128];
+    std::snprintf(
+        line,
+        sizeof(line),
+        "  %-46s %10s\n",
+        label.c_str(),
+        format_bytes(bytes).c_str());
+    out << line;
+  };
+  row("parameters and buffers", memory.model_state.parameter_bytes);
+  row("gradients", memory.model_state.gradient_bytes);
+  row("optimizer state (" + optimizer + ")",
+      memory.model_state.optimizer_bytes);
+  row("activations + input, no checkpointing", memory.store_all_peak_bytes);
+  if (memory.least_peak_bytes) {
+    row("activations + input, least with checkpointing",
+        *memory.least_peak_bytes);
+  }
+  row("total, no checkpointing", memory.total_store_all_bytes());
+  if (!memory.least_peak_bytes) {
+    out << "  (the least with checkpointing is not computed for chains over "
+        << kMaxExactStages << " stages)\n";
+    return out.str();
+  }
+  row("total, least with checkpointing",
+      memory.total_store_all_bytes() - memory.max_saving_bytes());
+  const double fraction = memory.max_saving_fraction();
+  char percent[32];
+  std::snprintf(percent, sizeof(percent), "%.0f%%", 100.0 * fraction);
+  out << "checkpointing can save at most "
+      << format_bytes(memory.max_saving_bytes()) << " of the "
+      << format_bytes(memory.total_store_all_bytes()) << " step (" << percent
+      << "): "
+      << (fraction >= 0.25 ? "activations dominate, checkpointing helps"
+          : fraction < 0.10
+              ? "the model state dominates, checkpointing cannot help much"
+              : "activations and model state are both large; checkpointing "
+                "helps some")
+      << '\n';
+  return out.str();
+}
+
 }  // namespace remat::planner

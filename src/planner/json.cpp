@@ -187,6 +187,23 @@ constexpr OpKind kOpKinds[] = {
     OpKind::kForwardSelective,
     OpKind::kBackward};
 
+// The chain's "model_state" object (every field required).
+ModelState read_model_state(const JsonReader& r, const json& value) {
+  const std::string path = "model_state";
+  const json& object = r.object(value, path);
+  r.check_keys(
+      object, path, {"parameter_bytes", "gradient_bytes", "optimizer_bytes"});
+  const auto bytes = [&](const char* key) {
+    return r.non_negative_integer(
+        r.field(object, path, key), JsonReader::join(path, key));
+  };
+  ModelState state;
+  state.parameter_bytes = bytes("parameter_bytes");
+  state.gradient_bytes = bytes("gradient_bytes");
+  state.optimizer_bytes = bytes("optimizer_bytes");
+  return state;
+}
+
 // The "selective" object of stage `path` (every field required).
 SelectiveCost read_selective(
     const JsonReader& r, const json& value, const std::string& stage_path) {
@@ -248,6 +265,13 @@ std::string to_json(const Chain& chain) {
   if (chain.resident_bytes() != 0) {
     doc["resident_bytes"] = chain.resident_bytes();
   }
+  const ModelState& state = chain.model_state();
+  if (state != ModelState{}) {
+    doc["model_state"] = {
+        {"parameter_bytes", state.parameter_bytes},
+        {"gradient_bytes", state.gradient_bytes},
+        {"optimizer_bytes", state.optimizer_bytes}};
+  }
   return doc.dump();
 }
 
@@ -255,13 +279,17 @@ Chain chain_from_json(std::string_view text) {
   return guarded("chain_from_json", [&](const JsonReader& r) {
     const json doc = r.parse(text);
     r.object(doc, "");
-    r.check_keys(doc, "", {"input_bytes", "resident_bytes", "stages"});
+    r.check_keys(
+        doc, "", {"input_bytes", "resident_bytes", "model_state", "stages"});
     const int64_t input_bytes =
         r.non_negative_integer(r.field(doc, "", "input_bytes"), "input_bytes");
     const int64_t resident_bytes =
         doc.contains("resident_bytes")
             ? r.non_negative_integer(doc["resident_bytes"], "resident_bytes")
             : 0;
+    const ModelState model_state = doc.contains("model_state")
+                                       ? read_model_state(r, doc["model_state"])
+                                       : ModelState{};
     const json& stages = r.array(r.field(doc, "", "stages"), "stages");
     std::vector<StageCost> costs;
     for (size_t k = 0; k < stages.size(); ++k) {
@@ -308,7 +336,7 @@ Chain chain_from_json(std::string_view text) {
       costs.push_back(cost);
     }
     try {
-      return Chain(std::move(costs), input_bytes, resident_bytes);
+      return Chain(std::move(costs), input_bytes, resident_bytes, model_state);
     } catch (const std::invalid_argument& e) {
       r.fail("", e.what());
     }

@@ -63,7 +63,8 @@ int64_t unit_multiplier(const std::string& unit) {
   TORCH_CHECK(
       false,
       "remat::Budget::parse: expected bytes (512MiB, 1GiB, 300MB, 1000000), "
-      "a percentage of the store-all peak in (0%, 100%] (50%) or 'none'; "
+      "a percentage of the store-all peak in (0%, 100%] (50%), a total "
+      "for the whole step with the model state (total:16GiB) or 'none'; "
       "got '",
       text,
       "' (",
@@ -101,13 +102,24 @@ Budget Budget::fraction(double fraction) {
   return budget;
 }
 
-Budget Budget::parse(const std::string& text) {
-  const std::string trimmed = trim(text);
+Budget Budget::total(int64_t total_bytes) {
+  TORCH_CHECK(
+      total_bytes > 0,
+      "remat::Budget::total: expected a positive number of bytes, got ",
+      total_bytes);
+  Budget budget;
+  budget.kind_ = Kind::kTotal;
+  budget.bytes_ = total_bytes;
+  return budget;
+}
+
+namespace {
+
+// Bytes or a percentage: `body` is the part of `text` after any "total:".
+Budget parse_amount(const std::string& text, const std::string& body) {
+  const std::string trimmed = trim(body);
   if (trimmed.empty()) {
-    reject(text, "empty");
-  }
-  if (lowercase(trimmed) == "none") {
-    return Budget::none();
+    reject(text, "no number");
   }
   if (trimmed[0] == '-') {
     reject(text, "a budget must be positive");
@@ -191,9 +203,52 @@ Budget Budget::parse(const std::string& text) {
   return Budget::bytes(static_cast<int64_t>(bytes));
 }
 
+}  // namespace
+
+Budget Budget::parse(const std::string& text) {
+  const std::string trimmed = trim(text);
+  if (trimmed.empty()) {
+    reject(text, "empty");
+  }
+  if (lowercase(trimmed) == "none") {
+    return Budget::none();
+  }
+  const std::string total_prefix = "total:";
+  if (lowercase(trimmed.substr(0, total_prefix.size())) == total_prefix) {
+    const std::string rest = trimmed.substr(total_prefix.size());
+    const std::string rest_trimmed = trim(rest);
+    if (!rest_trimmed.empty() && rest_trimmed.back() == '%') {
+      reject(text, "a total budget is bytes (total:16GiB), not a percentage");
+    }
+    if (lowercase(rest_trimmed) == "none") {
+      reject(text, "a total budget is bytes (total:16GiB)");
+    }
+    const Budget amount = parse_amount(text, rest);
+    return Budget::total(amount.budget_bytes());
+  }
+  return parse_amount(text, trimmed);
+}
+
 int64_t Budget::resolve_bytes(const planner::Chain& chain) const {
   if (kind_ == Kind::kBytes) {
     return bytes_;
+  }
+  if (kind_ == Kind::kTotal) {
+    const planner::ModelState& state = chain.model_state();
+    TORCH_CHECK(
+        bytes_ > state.total_bytes(),
+        "remat::Budget: the budget ",
+        to_string(),
+        " leaves nothing for activations: the model state alone is ",
+        planner::format_bytes(state.total_bytes()),
+        " (parameters ",
+        planner::format_bytes(state.parameter_bytes),
+        ", gradients ",
+        planner::format_bytes(state.gradient_bytes),
+        ", optimizer state ",
+        planner::format_bytes(state.optimizer_bytes),
+        ")");
+    return bytes_ - state.total_bytes();
   }
   const int64_t store_all_peak =
       planner::simulate(chain, planner::solve_store_all(chain)).peak_bytes;
@@ -219,6 +274,9 @@ std::string Budget::to_string() const {
       std::snprintf(text, sizeof(text), "%g%%", fraction_ * 100.0);
       return std::string(text) + " of the store-all peak";
     }
+    case Kind::kTotal:
+      return "total " + planner::format_bytes(bytes_) + " (" +
+             std::to_string(bytes_) + " bytes) with the model state";
     case Kind::kBytes:
       break;
   }

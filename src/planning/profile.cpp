@@ -36,6 +36,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <unordered_set>
 #include <limits>
 #include <vector>
 
@@ -143,6 +145,9 @@ planner::Chain profile_chain(
       options.repeats() >= 1,
       "remat::profile_chain: expected repeats >= 1, got ",
       options.repeats());
+  // Before any work: it checks the optimizer ratio.
+  const planner::ModelState model_state =
+      model_state_of(model, options.optimizer_state_ratio());
 
   const c10::Device device = sample.device();
   detail::ModelStateGuard state_guard(detail::modules_of(model), device);
@@ -225,7 +230,47 @@ planner::Chain profile_chain(
     }
     input_value_bytes = cost.output_bytes;
   }
-  return planner::Chain(std::move(stages), input_bytes);
+  return planner::Chain(
+      std::move(stages),
+      input_bytes,
+      /*resident_bytes=*/0,
+      model_state);
+}
+
+planner::ModelState model_state_of(
+    const std::vector<Stage>& stages, double optimizer_state_ratio) {
+  TORCH_CHECK(
+      std::isfinite(optimizer_state_ratio) && optimizer_state_ratio >= 0 &&
+          optimizer_state_ratio <= 64,
+      "remat::model_state_of: expected 0 <= optimizer_state_ratio <= 64, got ",
+      optimizer_state_ratio);
+  std::unordered_set<const void*> storages;
+  std::unordered_set<const void*> trainable;
+  planner::ModelState state;
+  for (const Stage& stage : stages) {
+    if (!stage.module) {
+      continue;
+    }
+    std::vector<torch::Tensor> tensors = stage.module->parameters();
+    const std::vector<torch::Tensor> buffers = stage.module->buffers();
+    tensors.insert(tensors.end(), buffers.begin(), buffers.end());
+    for (const torch::Tensor& tensor : tensors) {
+      if (!tensor.defined()) {
+        continue;
+      }
+      if (tensor.has_storage() &&
+          storages.insert(tensor.storage().unsafeGetStorageImpl()).second) {
+        state.parameter_bytes += static_cast<int64_t>(tensor.storage().nbytes());
+      }
+      if (tensor.requires_grad() &&
+          trainable.insert(tensor.unsafeGetTensorImpl()).second) {
+        state.gradient_bytes += static_cast<int64_t>(tensor.nbytes());
+      }
+    }
+  }
+  state.optimizer_bytes = static_cast<int64_t>(
+      optimizer_state_ratio * static_cast<double>(state.gradient_bytes));
+  return state;
 }
 
 }  // namespace remat

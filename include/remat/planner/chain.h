@@ -119,6 +119,21 @@ struct StageCost {
   }
 };
 
+/// Memory a training step holds from its start to its end outside the
+/// activation model: the model's parameters (and buffers), their gradients
+/// and the optimizer's state. No plan changes it, so simulate()'s peaks
+/// leave it out; total budgets (remat::Budget::total) subtract it, and
+/// reports show it next to the activations. Bytes already counted in
+/// Chain::resident_bytes (sharded training) are not counted again here.
+struct ModelState {
+  int64_t parameter_bytes = 0;  ///< parameters and buffers; >= 0
+  int64_t gradient_bytes = 0;   ///< gradients of trainable parameters; >= 0
+  int64_t optimizer_bytes = 0;  ///< the optimizer's state; >= 0
+  int64_t total_bytes() const {
+    return parameter_bytes + gradient_bytes + optimizer_bytes;
+  }
+};
+
 /// A validated, immutable chain of stage costs.
 ///
 /// Example:
@@ -143,10 +158,15 @@ class Chain {
   /// the activations, counted in every peak so that a byte budget covers
   /// them too: under sharded training, this rank's parameter shards and
   /// their gradients. >= 0. Default: 0 (the budget covers activations only).
+  ///
+  /// `model_state`: the step's parameters, gradients and optimizer state
+  /// (ModelState); each field >= 0, their sum within the same byte limit.
+  /// Default: none known (all 0).
   Chain(
       std::vector<StageCost> stages,
       int64_t input_bytes,
-      int64_t resident_bytes = 0);
+      int64_t resident_bytes = 0,
+      ModelState model_state = {});
 
   /// Number of stages L (>= 1).
   int64_t size() const {
@@ -168,6 +188,14 @@ class Chain {
   int64_t resident_bytes() const {
     return resident_bytes_;
   }
+  /// The step's parameters, gradients and optimizer state (see the
+  /// constructor); outside every peak simulate() reports.
+  const ModelState& model_state() const {
+    return model_state_;
+  }
+  /// A copy of this chain with `state` as its model state. Throws as the
+  /// constructor.
+  Chain with_model_state(const ModelState& state) const;
   /// The bytes every plan holds from start to end: input_bytes() +
   /// resident_bytes().
   int64_t base_bytes() const {
@@ -182,14 +210,17 @@ class Chain {
   std::vector<StageCost> stages_;
   int64_t input_bytes_;
   int64_t resident_bytes_;
+  ModelState model_state_;
 };
 
 bool operator==(const SelectiveCost& lhs, const SelectiveCost& rhs);
 bool operator!=(const SelectiveCost& lhs, const SelectiveCost& rhs);
 bool operator==(const StageCost& lhs, const StageCost& rhs);
 bool operator!=(const StageCost& lhs, const StageCost& rhs);
-/// Chains are equal when their input and resident sizes and all stage costs
-/// are equal.
+bool operator==(const ModelState& lhs, const ModelState& rhs);
+bool operator!=(const ModelState& lhs, const ModelState& rhs);
+/// Chains are equal when their input and resident sizes, model states and
+/// all stage costs are equal.
 bool operator==(const Chain& lhs, const Chain& rhs);
 bool operator!=(const Chain& lhs, const Chain& rhs);
 
