@@ -309,8 +309,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
           options.budgets,
           "Budgets for optimal and chen (comma-separated)")
       ->delimiter(',')
-      ->check(parsing_validator(
-          [](const std::string& text) { Budget::parse(text); }, "BUDGET"))
+      ->check(budget_validator())
       ->capture_default_str();
   command
       ->add_option(

@@ -109,8 +109,12 @@ void run_train(const TrainOptions& options, const CommandIo& io);
 // ---- remat profile
 struct ProfileCommandOptions {
   ModelFlags model;
-  /// Output file; "-" writes the chain JSON to stdout.
-  std::string out = "-";
+  /// Chain JSON file to write; empty: none.
+  std::string out;
+  /// Print the chain JSON instead of the readable report.
+  bool json = false;
+  /// adamw | sgd: the optimizer whose state the model state counts.
+  std::string optimizer = "adamw";
   int64_t warmup = 1;
   int64_t repeats = 3;
   /// fp32 | bf16: the precision the chain is measured in.
@@ -126,8 +130,11 @@ void run_profile(const ProfileCommandOptions& options, const CommandIo& io);
 // ---- remat fit
 struct FitCommandOptions {
   ModelFlags model;
-  /// The cap, a number of bytes ("64MiB").
+  /// The cap: bytes ("64MiB", activations + input) or a total
+  /// ("total:1GiB", the whole step).
   std::string cap;
+  /// With a total cap: adamw | sgd, whose state the cap includes.
+  std::string optimizer = "adamw";
   /// batch | seq-len: what is fitted (seq-len: --model gpt only, at the
   /// fixed --batch).
   std::string over = "batch";

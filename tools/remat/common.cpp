@@ -20,12 +20,13 @@ void add_budget_flags(CLI::App& command, BudgetFlags& flags) {
       .add_option(
           "--budget",
           flags.budget,
-          "Activation memory budget: bytes (512MiB, 1GiB, 300MB, 1000000), a "
-          "percentage of the predicted no-checkpoint peak (50%) or none. "
+          "Memory budget: activations + input in bytes with a unit (512MiB, "
+          "1GiB, 300MB, 1000000B), a percentage of the predicted "
+          "no-checkpoint peak (50%), the whole step with parameters, "
+          "gradients and optimizer state (total:2GiB), or none. "
           "Binds sqrt, uniform:K and none only when given; the default is "
           "raised to the minimum feasible budget when below it")
-      ->check(parsing_validator(
-          [](const std::string& text) { Budget::parse(text); }, "BUDGET"))
+      ->check(budget_validator())
       ->capture_default_str();
   command
       .add_option(

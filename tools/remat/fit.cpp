@@ -20,17 +20,57 @@
 
 #include "cli_error.h"
 #include "commands.h"
+#include "runtime.h"
 
 namespace remat::cli {
 namespace {
+
+/// The model state of a total cap: what the profile predicts (and the cap
+/// leaves the activations after it) and what a copy of the model measures.
+struct CapState {
+  planner::ModelState predicted;
+  planner::ModelState measured;
+};
 
 /// The answers of `options`, and the workload whose model was fitted.
 struct Fitted {
   std::vector<FitAnswer> answers;
   std::string description;
+  /// With a total cap: the model state it includes.
+  std::optional<CapState> state;
 };
 
-Fitted fit_over_batch(const FitCommandOptions& options, int64_t cap_bytes) {
+/// The activation cap (activations + input, fit_batch's units) of `cap`
+/// for `model`: the bytes, or a total less the predicted model state, which
+/// `state` then receives (with the measured one).
+int64_t activation_cap(
+    const FitCommandOptions& options,
+    const Budget& cap,
+    const torch::nn::Sequential& model,
+    std::optional<CapState>& state) {
+  if (!cap.is_total()) {
+    return cap.budget_bytes();
+  }
+  const OptimizerChoice optimizer{options.optimizer, 1e-3};
+  state = CapState{
+      model_state_of(stages_of(model), optimizer.state_ratio()),
+      measure_model_state(model, optimizer)};
+  const int64_t left = cap.budget_bytes() - state->predicted.total_bytes();
+  if (left <= 0) {
+    throw UsageError(
+        "--cap " + options.cap + ": the model state alone is " +
+        planner::format_bytes(state->predicted.total_bytes()) +
+        " (parameters and buffers " +
+        planner::format_bytes(state->predicted.parameter_bytes) +
+        ", gradients " + planner::format_bytes(state->predicted.gradient_bytes) +
+        ", " + options.optimizer + " state " +
+        planner::format_bytes(state->predicted.optimizer_bytes) +
+        "): nothing is left for activations");
+  }
+  return left;
+}
+
+Fitted fit_over_batch(const FitCommandOptions& options, const Budget& cap) {
   if (options.max_batch < options.probe_batch) {
     throw UsageError(
         "--max-batch: expected at least --probe-batch (" +
@@ -43,6 +83,8 @@ Fitted fit_over_batch(const FitCommandOptions& options, int64_t cap_bytes) {
     flags.batch = batch;
     return Workload(flags, options.seed).next_batch().inputs;
   };
+  std::optional<CapState> state;
+  const int64_t cap_bytes = activation_cap(options, cap, workload.model(), state);
   return {
       fit_batch(
           make_input,
@@ -52,10 +94,11 @@ Fitted fit_over_batch(const FitCommandOptions& options, int64_t cap_bytes) {
               .probe_batch(options.probe_batch)
               .max_batch(options.max_batch)
               .max_time_ratio(options.max_time_ratio)),
-      workload.description()};
+      workload.description(),
+      state};
 }
 
-Fitted fit_over_seq_len(const FitCommandOptions& options, int64_t cap_bytes) {
+Fitted fit_over_seq_len(const FitCommandOptions& options, const Budget& cap) {
   if (options.model.model != "gpt") {
     throw UsageError(
         "--over seq-len: only --model gpt has a sequence length, got --model " +
@@ -70,6 +113,8 @@ Fitted fit_over_seq_len(const FitCommandOptions& options, int64_t cap_bytes) {
   ModelFlags model_flags = options.model;
   model_flags.seq = std::max(options.max_seq_len, 4 * options.probe_seq_len);
   Workload workload(model_flags, options.seed);
+  std::optional<CapState> state;
+  const int64_t cap_bytes = activation_cap(options, cap, workload.model(), state);
   auto make_problem = [&](int64_t length) {
     ModelFlags flags = options.model;
     flags.seq = length;
@@ -86,7 +131,8 @@ Fitted fit_over_seq_len(const FitCommandOptions& options, int64_t cap_bytes) {
               .max_size(options.max_seq_len)
               .size_model(SizeModel::kQuadratic)
               .max_time_ratio(options.max_time_ratio)),
-      workload.description()};
+      workload.description(),
+      state};
 }
 
 }  // namespace
@@ -99,8 +145,22 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
       "input), with no checkpointing, the best checkpoint_sequential and the "
       "optimal plan; each answer is confirmed by a measured step");
   add_model_flags(*command, options.model);
-  command->add_option("--cap", options.cap, "Memory cap in bytes (e.g. 64MiB)")
+  command
+      ->add_option(
+          "--cap",
+          options.cap,
+          "Memory cap: activations + input in bytes with a unit (64MiB), or "
+          "the whole step with parameters, gradients and optimizer state "
+          "(total:1GiB)")
+      ->check(budget_validator())
       ->required();
+  command
+      ->add_option(
+          "--optimizer",
+          options.optimizer,
+          "With a total cap: the optimizer whose state the cap includes")
+      ->check(CLI::IsMember({"adamw", "sgd"}))
+      ->capture_default_str();
   command
       ->add_option(
           "--over",
@@ -152,33 +212,43 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
   return command;
 }
 
-void run_fit(const FitCommandOptions& options, const CommandIo& io) {
-  apply_threads(options.threads);
-  auto refuse = [&options](const std::string& why) {
+namespace {
+
+/// The cap flag as a Budget: bytes or a total. Throws UsageError otherwise.
+Budget parse_cap(const std::string& text) {
+  auto refuse = [&text](const std::string& why) {
     return UsageError(
-        "--cap: expected a positive number of bytes with a unit (64MiB, "
-        "1GiB, 500MB), got '" +
-        options.cap + "'" + why);
+        "--cap: expected bytes with a unit (64MiB, 1GiB, 500MB) or a total "
+        "(total:1GiB), got '" +
+        text + "'" + why);
   };
+  if (const std::optional<std::string> hint = bare_number_hint(text)) {
+    throw UsageError("--cap: " + *hint);
+  }
   Budget cap;
   try {
-    cap = Budget::parse(options.cap);
+    cap = Budget::parse(text);
   } catch (const c10::Error&) {
     throw refuse("");
   }
-  if (cap.kind() != Budget::Kind::kBytes) {
+  if (cap.kind() != Budget::Kind::kBytes && !cap.is_total()) {
     throw refuse(" (a cap is bytes, not a percentage of a plan's peak)");
   }
+  return cap;
+}
+
+/// The largest size considered: an answer there may not be the largest
+/// that fits.
+int64_t search_bound(const FitCommandOptions& options) {
+  return options.over == "batch" ? options.max_batch : options.max_seq_len;
+}
+
+void render_fit_json(
+    const FitCommandOptions& options,
+    const Budget& cap,
+    const Fitted& fitted,
+    std::ostream& out) {
   const bool over_batch = options.over == "batch";
-  if (!over_batch && options.over != "seq-len") {
-    throw UsageError(
-        "--over: expected batch or seq-len, got '" + options.over + "'");
-  }
-  const Fitted fitted = over_batch
-                            ? fit_over_batch(options, cap.budget_bytes())
-                            : fit_over_seq_len(options, cap.budget_bytes());
-  const std::vector<FitAnswer>& answers = fitted.answers;
-  const FitAnswer& none = answers.front();
   // The sequence length of an answer: the fitted size, or the fixed --seq
   // of a gpt fitted over the batch (null for the other models).
   auto seq_len_of = [&](const FitAnswer& answer) -> nlohmann::json {
@@ -188,38 +258,74 @@ void run_fit(const FitCommandOptions& options, const CommandIo& io) {
     return options.model.model == "gpt" ? nlohmann::json(options.model.seq)
                                         : nlohmann::json(nullptr);
   };
-
-  if (options.json) {
-    nlohmann::json report;
-    report["model"] = fitted.description;
-    report["over"] = options.over;
-    report["cap_bytes"] = cap.budget_bytes();
-    report["answers"] = nlohmann::json::array();
-    for (const FitAnswer& answer : answers) {
-      report["answers"].push_back(
-          {{"strategy", answer.strategy},
-           {"segments", answer.segments},
-           {"size", answer.size},
-           {"batch", answer.batch},
-           {"seq_len", seq_len_of(answer)},
-           {"plan", answer.plan.to_string()},
-           {"predicted",
-            {{"peak_bytes", answer.predicted_peak_bytes},
-             {"step_ms", answer.predicted_step_ms}}},
-           {"measured",
-            {{"peak_bytes", answer.measured_peak_bytes},
-             {"step_ms", answer.measured_step_ms},
-             {"ms_per_sample", answer.ms_per_sample()}}}});
-    }
-    io.out << report.dump(2) << '\n';
-    return;
+  auto state_json = [](const planner::ModelState& state) {
+    return nlohmann::json{
+        {"parameter_bytes", state.parameter_bytes},
+        {"gradient_bytes", state.gradient_bytes},
+        {"optimizer_bytes", state.optimizer_bytes}};
+  };
+  nlohmann::json report;
+  report["model"] = fitted.description;
+  report["over"] = options.over;
+  report["cap_bytes"] = cap.budget_bytes();
+  report["cap_total"] = cap.is_total();
+  if (fitted.state) {
+    report["model_state"] = {
+        {"predicted", state_json(fitted.state->predicted)},
+        {"measured", state_json(fitted.state->measured)}};
   }
+  report["answers"] = nlohmann::json::array();
+  for (const FitAnswer& answer : fitted.answers) {
+    report["answers"].push_back(
+        {{"strategy", answer.strategy},
+         {"segments", answer.segments},
+         {"size", answer.size},
+         {"batch", answer.batch},
+         {"seq_len", seq_len_of(answer)},
+         {"at_search_bound", answer.size >= search_bound(options)},
+         {"plan", answer.plan.to_string()},
+         {"predicted",
+          {{"peak_bytes", answer.predicted_peak_bytes},
+           {"step_ms", answer.predicted_step_ms}}},
+         {"measured",
+          {{"peak_bytes", answer.measured_peak_bytes},
+           {"step_ms", answer.measured_step_ms},
+           {"ms_per_sample", answer.ms_per_sample()}}}});
+  }
+  out << report.dump(2) << '\n';
+}
 
+void render_fit_text(
+    const FitCommandOptions& options,
+    const Budget& cap,
+    const Fitted& fitted,
+    std::ostream& out) {
+  using planner::format_bytes;
+  const bool over_batch = options.over == "batch";
+  const int64_t predicted_state =
+      fitted.state ? fitted.state->predicted.total_bytes() : 0;
+  const int64_t measured_state =
+      fitted.state ? fitted.state->measured.total_bytes() : 0;
   std::ostringstream text;
-  text << "model  " << fitted.description << '\n'
-       << "cap    " << planner::format_bytes(cap.budget_bytes())
-       << " (activations plus the input, measured)\n"
-       << "fit    "
+  text << "model  " << fitted.description << '\n';
+  if (fitted.state) {
+    text << "cap    " << format_bytes(cap.budget_bytes())
+         << " for the whole step: model state " << format_bytes(predicted_state)
+         << " (parameters and buffers "
+         << format_bytes(fitted.state->predicted.parameter_bytes)
+         << ", gradients "
+         << format_bytes(fitted.state->predicted.gradient_bytes) << ", "
+         << options.optimizer << " state "
+         << format_bytes(fitted.state->predicted.optimizer_bytes)
+         << "; measured on a copy: " << format_bytes(measured_state)
+         << ") + activations and input up to "
+         << format_bytes(cap.budget_bytes() - predicted_state) << '\n';
+  } else {
+    text << "cap    " << format_bytes(cap.budget_bytes())
+         << " (activations plus the input, measured; total:SIZE for the "
+            "whole step)\n";
+  }
+  text << "fit    "
        << (over_batch ? "the batch"
                       : "the sequence length, at batch " +
                             std::to_string(options.model.batch))
@@ -230,35 +336,71 @@ void run_fit(const FitCommandOptions& options, const CommandIo& io) {
                ? answer.ms_per_sample()
                : answer.ms_per_sample() / static_cast<double>(answer.size);
   };
+  const std::string units = fitted.state ? " (whole step)" : "";
   text << std::left << std::setw(24) << "strategy" << std::right << std::setw(8)
-       << (over_batch ? "batch" : "seq-len") << std::setw(10) << "vs none"
-       << std::setw(14) << "measured" << std::setw(14) << "predicted"
-       << std::setw(14) << (over_batch ? "ms/sample" : "ms/token")
-       << std::setw(10) << "vs none" << '\n';
+       << (over_batch ? "batch" : "seq-len") << std::setw(9) << "vs none"
+       << std::setw(12) << "measured" << std::setw(12) << "predicted"
+       << std::setw(11) << (over_batch ? "ms/sample" : "ms/token")
+       << std::setw(9) << "vs none" << units << '\n';
   text << std::fixed;
-  for (const FitAnswer& answer : answers) {
+  const FitAnswer& none = fitted.answers.front();
+  bool any_at_bound = false;
+  for (const FitAnswer& answer : fitted.answers) {
     std::string name = answer.strategy;
     if (answer.segments > 0) {
       name += "(" + std::to_string(answer.segments) + ")";
     }
+    const bool at_bound = answer.size >= search_bound(options);
+    any_at_bound = any_at_bound || at_bound;
     text << std::left << std::setw(24) << name << std::right << std::setw(8)
          << answer.size;
     if (answer.size == 0) {
-      text
-          << (over_batch ? "  (not even --probe-batch fits)\n"
-                         : "  (not even --probe-seq-len fits)\n");
+      const std::string smallest =
+          over_batch ? "--probe-batch" : "--probe-seq-len";
+      text << (options.max_time_ratio > 0
+                   ? "  (none fits within the cap and --max-time-ratio, "
+                     "from " + smallest + " up)\n"
+                   : "  (not even " + smallest + " fits)\n");
       continue;
     }
     const bool relative = none.size > 0;
-    text << std::setw(10) << std::setprecision(2)
+    text << std::setw(9) << std::setprecision(2)
          << (relative ? static_cast<double>(answer.size) / none.size : 0)
-         << std::setw(14) << planner::format_bytes(answer.measured_peak_bytes)
-         << std::setw(14) << planner::format_bytes(answer.predicted_peak_bytes)
-         << std::setw(14) << std::setprecision(4) << ms_per_unit(answer)
-         << std::setw(10) << std::setprecision(2)
-         << (relative ? ms_per_unit(answer) / ms_per_unit(none) : 0) << '\n';
+         << std::setw(12)
+         << format_bytes(answer.measured_peak_bytes + measured_state)
+         << std::setw(12)
+         << format_bytes(answer.predicted_peak_bytes + predicted_state)
+         << std::setw(11) << std::setprecision(4) << ms_per_unit(answer)
+         << std::setw(9) << std::setprecision(2)
+         << (relative ? ms_per_unit(answer) / ms_per_unit(none) : 0)
+         << (at_bound ? "  *" : "") << '\n';
   }
-  io.out << text.str();
+  if (any_at_bound) {
+    text << "\n* at the search bound ("
+         << (over_batch ? "--max-batch " : "--max-seq-len ")
+         << search_bound(options)
+         << "): a larger size may fit; raise the bound to find it\n";
+  }
+  out << text.str();
+}
+
+}  // namespace
+
+void run_fit(const FitCommandOptions& options, const CommandIo& io) {
+  apply_threads(options.threads);
+  const Budget cap = parse_cap(options.cap);
+  const bool over_batch = options.over == "batch";
+  if (!over_batch && options.over != "seq-len") {
+    throw UsageError(
+        "--over: expected batch or seq-len, got '" + options.over + "'");
+  }
+  const Fitted fitted = over_batch ? fit_over_batch(options, cap)
+                                   : fit_over_seq_len(options, cap);
+  if (options.json) {
+    render_fit_json(options, cap, fitted, io.out);
+  } else {
+    render_fit_text(options, cap, fitted, io.out);
+  }
 }
 
 }  // namespace remat::cli

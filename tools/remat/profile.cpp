@@ -1,5 +1,7 @@
-// profile.cpp: `remat profile`: profile a built-in model into a chain JSON
-// (the input of `remat plan` and `remat explain --chain`).
+// profile.cpp: `remat profile`: profile a built-in model; print the memory
+// of its training step by kind (parameters, gradients, optimizer state,
+// activations) and its stages' costs, or (--json, --out) its chain JSON,
+// the input of `remat plan` and `remat explain --chain`.
 //
 // The sample is the workload's first batch, so the chain describes exactly
 // the batch shape `remat train` with the same flags would run.
@@ -11,21 +13,36 @@
 #include <remat/planner/units.h>
 #include "cli_error.h"
 #include "commands.h"
+#include "runtime.h"
 
 namespace remat::cli {
 
 CLI::App* add_profile_command(CLI::App& app, ProfileCommandOptions& options) {
   CLI::App* command = app.add_subcommand(
       "profile",
-      "Profile a built-in model (per stage: times, output, saved and "
-      "transient bytes of a no-grad forward, a recorded forward and a "
-      "backward) and write its chain JSON");
+      "Profile a built-in model: the memory of its training step by kind "
+      "(parameters, gradients, optimizer state, activations) and whether "
+      "checkpointing can help; per stage: times, output, saved and transient "
+      "bytes. --json or --out: its chain JSON");
   add_model_flags(*command, options.model);
   command
       ->add_option(
           "-o,--out",
           options.out,
-          "Chain JSON file to write; - writes the JSON to stdout")
+          "Also write the chain JSON (the input of plan and explain) to this "
+          "file")
+      ->capture_default_str();
+  command->add_flag(
+      "--json",
+      options.json,
+      "Print the chain JSON instead of the readable report");
+  command
+      ->add_option(
+          "--optimizer",
+          options.optimizer,
+          "The optimizer whose state the step's memory counts (adamw: 2x the "
+          "trainable parameters, sgd: none)")
+      ->check(CLI::IsMember({"adamw", "sgd"}))
       ->capture_default_str();
   command
       ->add_option("--warmup", options.warmup, "Untimed runs per measurement")
@@ -57,19 +74,29 @@ void run_profile(const ProfileCommandOptions& options, const CommandIo& io) {
         ProfileOptions()
             .warmup(options.warmup)
             .repeats(options.repeats)
-            .selective_policy(selective_policy(options.selective)));
+            .selective_policy(selective_policy(options.selective))
+            .optimizer_state_ratio(
+                OptimizerChoice{options.optimizer, 1e-3}.state_ratio()));
   }();
   const std::string json = planner::to_json(chain);
-  if (options.out == "-") {
+  if (!options.out.empty()) {
+    write_text_file("--out", options.out, json + "\n");
+  }
+  if (options.json) {
     io.out << json << '\n';
     return;
   }
-  write_text_file("--out", options.out, json + "\n");
   std::ostringstream text;
   text << "model  " << workload.description() << "; "
        << precision_name(precision) << '\n';
-  text << "wrote  " << options.out << ": " << chain.size() << " stages, input "
-       << planner::format_bytes(chain.input_bytes()) << '\n';
+  if (!options.out.empty()) {
+    text << "wrote  " << options.out << ": " << chain.size()
+         << " stages, input " << planner::format_bytes(chain.input_bytes())
+         << '\n';
+  }
+  text << "\nmemory of one training step (predicted):\n"
+       << planner::to_text(planner::step_memory(chain), options.optimizer)
+       << "\nstages (times in ms, median of " << options.repeats << "):\n";
   text << std::left << std::setw(7) << "stage" << std::right << std::setw(12)
        << "forward ms" << std::setw(13) << "backward ms" << std::setw(12)
        << "output" << std::setw(12) << "saved" << std::setw(13) << "no-grad tmp"

@@ -259,7 +259,10 @@ StepResult Trainer::step(
 #endif
   torch::manual_seed(seed);
   StepResult result;
+  const std::vector<torch::Tensor> buffers = model_->buffers();
+  held.insert(held.end(), buffers.begin(), buffers.end());
   result.parameter_state_bytes = held_bytes(held);
+  result.optimizer_state_bytes = optimizer_state_bytes_;
   {
     AutocastGuard autocast(c10::kCPU, precision_);
     meter_.reset();
@@ -302,9 +305,30 @@ StepResult Trainer::step(
   }
 #endif
   if (update) {
+    const int64_t before = meter_.current_bytes();
     optimizer_->step();
+    optimizer_state_bytes_ += meter_.current_bytes() - before;
   }
   return result;
+}
+
+planner::ModelState measure_model_state(
+    const torch::nn::Sequential& model, const OptimizerChoice& optimizer) {
+  MemoryMeter meter;
+  planner::ModelState state;
+  const int64_t start = meter.current_bytes();
+  const torch::nn::Sequential copy = clone_sequential(model);
+  state.parameter_bytes = meter.current_bytes() - start;
+  std::vector<torch::Tensor> parameters = copy->parameters();
+  zero_gradients(parameters);
+  state.gradient_bytes =
+      meter.current_bytes() - start - state.parameter_bytes;
+  const std::unique_ptr<torch::optim::Optimizer> updates =
+      make_optimizer(optimizer, parameters);
+  const int64_t before_update = meter.current_bytes();
+  updates->step();
+  state.optimizer_bytes = meter.current_bytes() - before_update;
+  return state;
 }
 
 std::optional<CompressOptions> parse_compress(const std::string& text) {

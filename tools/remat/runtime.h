@@ -107,10 +107,20 @@ struct StepResult {
   /// Activation peak of forward + backward (see the top of this header).
   int64_t activation_peak_bytes = 0;
   /// Bytes of parameter memory held through the step, measured before the
-  /// forward: the storages of the parameters and of their gradients (of the
+  /// forward: the storages of the parameters, buffers and gradients (of the
   /// shards and their gradients when sharded; the modules' own parameters
   /// then hold none).
   int64_t parameter_state_bytes = 0;
+  /// Bytes the optimizer's state held through the step: what its earlier
+  /// updates left allocated (measured around each update; 0 at the first
+  /// step, whose update creates AdamW's moments).
+  int64_t optimizer_state_bytes = 0;
+  /// The step's model state and activations together:
+  /// parameter_state_bytes + optimizer_state_bytes + activation_peak_bytes.
+  int64_t model_and_activation_bytes() const {
+    return parameter_state_bytes + optimizer_state_bytes +
+           activation_peak_bytes;
+  }
 };
 
 /// The optimizer a Trainer steps with.
@@ -121,6 +131,12 @@ struct OptimizerChoice {
   /// amplifies rounding).
   std::string name = "adamw";
   double lr = 3e-3;
+  /// Bytes of optimizer state per byte of trainable parameters
+  /// (ProfileOptions::optimizer_state_ratio): 2 for adamw (two moments), 0
+  /// for sgd.
+  double state_ratio() const {
+    return name == "adamw" ? 2 : 0;
+  }
 };
 
 /// A model with its executor and optimizer.
@@ -176,10 +192,21 @@ class Trainer {
   std::unique_ptr<distributed::GradientSync> sync_;
 #endif
   MemoryMeter meter_;
+  /// Bytes the optimizer's updates have left allocated (its state).
+  int64_t optimizer_state_bytes_ = 0;
 };
 
 /// Bytes of the distinct storages of `tensors` and of their gradients.
 int64_t held_bytes(const std::vector<torch::Tensor>& tensors);
+
+/// The model state of training `model` with `optimizer`, measured on a copy
+/// of it (live bytes, MemoryMeter): parameter_bytes, its parameters and
+/// buffers; gradient_bytes, its gradients allocated as zeros; optimizer_bytes,
+/// what one update on those gradients leaves allocated (AdamW's moments).
+/// What a profile's model state (ProfileOptions::optimizer_state_ratio)
+/// predicts, seen.
+planner::ModelState measure_model_state(
+    const torch::nn::Sequential& model, const OptimizerChoice& optimizer);
 
 /// The --compress flag: nullopt for "none", else the stored type of
 /// "bf16", "fp16" or "int8". Throws UsageError naming the text otherwise.

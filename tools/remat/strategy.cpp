@@ -1,7 +1,14 @@
 // strategy.cpp: plan summaries for the tool's reports (strategy.h).
 #include "strategy.h"
 
+#include <cctype>
+#include <iomanip>
 #include <set>
+#include <sstream>
+
+#include <remat/planner/units.h>
+
+#include "cli_error.h"
 
 namespace remat::cli {
 
@@ -52,6 +59,62 @@ std::string plan_brief(const planner::Plan& plan, size_t max_chars) {
          selective_part + std::to_string(checkpointed) + " checkpoint, " +
          std::to_string(no_save) + " no-save), " +
          std::to_string(extra_forwards(plan)) + " recomputed: " + text;
+}
+
+std::optional<std::string> budget_note(const PlanChoice& choice) {
+  if (!choice.budget_bytes ||
+      *choice.budget_bytes <= choice.store_all_peak_bytes) {
+    return std::nullopt;
+  }
+  std::ostringstream note;
+  note << "note: the budget is " << std::fixed << std::setprecision(2)
+       << static_cast<double>(*choice.budget_bytes) /
+              static_cast<double>(std::max<int64_t>(1, choice.store_all_peak_bytes))
+       << "x the no-checkpoint peak "
+       << planner::format_bytes(choice.store_all_peak_bytes)
+       << ": nothing is recomputed, checkpointing is not needed at this size";
+  return note.str();
+}
+
+std::optional<std::string> bare_number_hint(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) {
+    return std::nullopt;
+  }
+  std::string number =
+      text.substr(first, text.find_last_not_of(" \t") - first + 1);
+  const std::string total = "total:";
+  std::string prefix;
+  if (number.size() > total.size() &&
+      std::equal(total.begin(), total.end(), number.begin(), [](char a, char b) {
+        return a == std::tolower(static_cast<unsigned char>(b));
+      })) {
+    prefix = number.substr(0, total.size());
+    number = number.substr(total.size());
+  }
+  if (number.empty() ||
+      number.find_first_not_of("0123456789.") != std::string::npos) {
+    return std::nullopt;
+  }
+  return "'" + text + "' has no unit; did you mean " +
+         (prefix.empty() ? number + "% (of the no-checkpoint peak), " : "") +
+         prefix + number + "MiB or " + prefix + number + "B (bytes)?";
+}
+
+CLI::Validator budget_validator() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        if (const std::optional<std::string> hint = bare_number_hint(value)) {
+          return *hint;
+        }
+        try {
+          Budget::parse(value);
+          return "";
+        } catch (const c10::Error& error) {
+          return error.what_without_backtrace();
+        }
+      },
+      "BUDGET");
 }
 
 }  // namespace remat::cli

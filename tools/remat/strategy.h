@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include <CLI/CLI.hpp>
 #include <remat/plan_choice.h>
 #include <remat/planner.h>
 
@@ -24,5 +26,22 @@ std::string plan_brief(const planner::Plan& plan, size_t max_chars = 72);
 
 /// Number of stage forwards a plan runs beyond one per stage.
 int64_t extra_forwards(const planner::Plan& plan);
+
+/// A note for a budget above the store-all (no-checkpoint) peak, which
+/// changes nothing: "note: the budget is 247x the no-checkpoint peak 41.5
+/// MiB: nothing is recomputed, checkpointing is not needed at this size".
+/// std::nullopt otherwise (no budget, or at most the peak).
+std::optional<std::string> budget_note(const PlanChoice& choice);
+
+/// For a budget text that is a bare number ("50", "total:50"), whose unit a
+/// user must say: "'50' has no unit; did you mean 50% (of the
+/// no-checkpoint peak), 50MiB or 50B (bytes)?". std::nullopt for any other
+/// text (left to Budget::parse).
+std::optional<std::string> bare_number_hint(const std::string& text);
+
+/// Validates a budget flag's value (--budget, --cap, --budgets): refuses a
+/// bare number with bare_number_hint(), then anything Budget::parse refuses,
+/// with its message.
+CLI::Validator budget_validator();
 
 }  // namespace remat::cli

@@ -358,11 +358,18 @@ struct TrainRun {
   std::string model;
   std::string recompute;                      ///< --recompute
   std::string compress;                       ///< --compress
+  std::string optimizer;                      ///< --optimizer
   Precision precision = Precision::kFloat32;  ///< --precision
   planner::Strategy strategy;
   Budget budget;
   PlanChoice choice;
   int64_t input_bytes = 0;
+  /// The chain's resident bytes (sharded: this rank's shards and their
+  /// gradients), in every peak of the budget's units.
+  int64_t resident_bytes = 0;
+  /// The model state the profile predicts (parameters, gradients, optimizer
+  /// state; planner::ModelState), what a total budget subtracts.
+  planner::ModelState predicted_state;
   int64_t steps = 0;
   std::vector<double> losses;
   std::vector<double> step_ms;
@@ -374,13 +381,20 @@ struct TrainRun {
   bool sharded = false;
   /// Bytes of the model's parameters (all of them, unsharded).
   int64_t parameter_bytes = 0;
-  /// Parameter memory held through a step (parameters and gradients, or
-  /// their shards), measured; the highest over the steps.
+  /// Parameter memory held through a step (parameters, buffers and
+  /// gradients, or their shards), measured; the highest over the steps.
   int64_t parameter_state_bytes = 0;
+  /// The optimizer's state held through a step, measured; the highest.
+  int64_t optimizer_state_bytes = 0;
   /// Highest activation peak + input + parameter_state_bytes: parameters
   /// and activations together, comparable between sharded and not.
   int64_t peak_with_parameters_bytes = 0;
+  /// Highest activation peak + input + parameter and optimizer state: the
+  /// whole step's memory, a total budget's units.
+  int64_t total_peak_bytes = 0;
   int64_t over_budget_steps = 0;
+  /// The highest amount by which a step exceeded the budget (0: none did).
+  int64_t most_over_budget_bytes = 0;
   double seconds = 0;
   // The interleaved no-checkpoint baseline (baseline_steps == 0: none).
   int64_t baseline_steps = 0;
@@ -404,31 +418,352 @@ struct TrainSummary {
   double time_ratio = 0;
 };
 
-TrainRun measure_training(
-    const TrainOptions& options, Parallel& parallel, const CommandIo& io) {
-  const bool human = !options.json;
-  const auto start = Clock::now();
-  TrainRun run;
-  const bool recipe = options.recompute != "optimal";
+/// Refuses flag combinations of --recompute and --budget before any work.
+void check_recompute_flags(const TrainOptions& options, bool recipe) {
   if (recipe && options.model.model != "gpt") {
     throw UsageError(
         "--recompute " + options.recompute +
         ": expected --model gpt (the recipes are the GPT's), got --model " +
         options.model.model);
   }
-  if (recipe && options.budget.budget_given) {
+  if (options.shard &&
+      Budget::parse(options.budget.budget).kind() == Budget::Kind::kTotal) {
     throw UsageError(
-        "--budget: applies to --recompute optimal, got --recompute " +
-        options.recompute);
+        "--budget " + options.budget.budget +
+        ": a total budget is not supported with --shard (the resident shards "
+        "are already in the budget); give the activation budget instead");
   }
+}
+
+#if REMAT_WITH_DISTRIBUTED
+/// Checks that every rank runs the same model and flags, and gives them
+/// rank 0's initial parameters.
+void agree_on_model(
+    const TrainOptions& options,
+    const std::string& description,
+    torch::nn::Sequential& model,
+    distributed::ProcessGroup& group) {
+  group.check_same(
+      "the model and its flags",
+      description + "; " + options.recompute + ", " + options.mode + ", " +
+          options.precision + ", compress " + options.compress +
+          ", selective " + (options.selective ? "on" : "off") + ", shard " +
+          (options.shard ? "on" : "off") + ", steps " +
+          std::to_string(options.steps) + ", " + options.optimizer +
+          ", seed " + std::to_string(options.seed));
+  distributed::broadcast_parameters(model->parameters(), group);
+}
+#endif
+
+/// The training model's chain on `probe`, profiled in the run's precision
+/// with the optimizer's state ratio. Profiled unsharded (every rank still
+/// holds the whole model here); when sharded, the planner also counts the
+/// parameters each stage gathers and the shards every rank keeps, so the
+/// budget covers both.
+planner::Chain profile_training_chain(
+    const TrainOptions& options,
+    const TrainRun& run,
+    const torch::nn::Sequential& model,
+    const Batch& probe,
+    const Parallel& parallel) {
+  AutocastGuard autocast(c10::kCPU, run.precision);
+  const planner::Chain profiled = profile_chain(
+      model,
+      probe.inputs,
+      ProfileOptions()
+          .selective_policy(selective_policy(options.selective))
+          .optimizer_state_ratio(
+              OptimizerChoice{options.optimizer, options.lr}.state_ratio()));
+#if REMAT_WITH_DISTRIBUTED
+  if (options.shard) {
+    return distributed::sharded_chain(
+        profiled, stages_of(model), parallel.world_size);
+  }
+#else
+  (void)parallel;
+#endif
+  return profiled;
+}
+
+/// The plan for `chain`; in a group, rank 0's, checked on this rank's chain.
+/// With a GPT recipe (`recipe`), no plan: a given budget is only checked
+/// against the measured peaks.
+PlanChoice plan_training(
+    const TrainOptions& options,
+    const TrainRun& run,
+    const planner::Chain& chain,
+    bool recipe,
+    Parallel& parallel) {
+  if (recipe) {
+    PlanChoice choice = choose_plan(
+        chain, run.strategy, Budget::none(), BudgetOrigin::kDefault);
+    if (options.budget.budget_given && !run.budget.is_none()) {
+      choice.budget_bytes = run.budget.resolve_bytes(chain);
+      choice.budget_text =
+          run.budget.to_string() + ", checked (the recipe decides what is kept)";
+    }
+    return choice;
+  }
+  PlanChoice choice = choose_plan(
+      chain,
+      run.strategy,
+      run.budget,
+      options.budget.origin(),
+      options.budget.solver());
+  choice.selective_policy = selective_policy(options.selective);
+#if REMAT_WITH_DISTRIBUTED
+  if (parallel.group) {
+    choice.plan = planner::plan_from_json(
+        parallel.group->share(planner::to_json(choice.plan)));
+    choice.simulation = planner::simulate(chain, choice.plan);
+    if (!choice.simulation.valid) {
+      throw UsageError(
+          "rank " + std::to_string(parallel.rank) +
+          ": rank 0's plan is not valid for this rank's chain: " +
+          choice.simulation.error);
+    }
+  }
+#else
+  (void)parallel;
+#endif
+  return choice;
+}
+
+/// The lines before training: the budget, the plan and its prediction.
+void print_plan(
+    const TrainOptions& options,
+    const TrainRun& run,
+    bool recipe,
+    std::ostream& out) {
+  const PlanChoice& choice = run.choice;
+  out << "budget    "
+      << (choice.budget_bytes ? choice.budget_text + " = " +
+                                    planner::format_bytes(*choice.budget_bytes)
+                              : std::string("none"))
+      << (run.budget.is_total()
+              ? " for activations + input after the model state " +
+                    planner::format_bytes(run.predicted_state.total_bytes())
+              : std::string())
+      << " (predicted no-checkpoint peak "
+      << planner::format_bytes(choice.store_all_peak_bytes) << ")\n";
+  if (const std::optional<std::string> note = budget_note(choice)) {
+    out << "          " << *note << '\n';
+  }
+  if (recipe) {
+    out << "recompute " << options.recompute
+        << ": the GPT's own recipe (no plan, no prediction)\n";
+    return;
+  }
+  out << "plan      " << run.strategy.to_string() << ": "
+      << plan_brief(choice.plan) << '\n';
+  out << "predicted peak " << planner::format_bytes(choice.simulation.peak_bytes)
+      << " ("
+      << fixed(
+             static_cast<double>(choice.simulation.peak_bytes) /
+                 static_cast<double>(choice.store_all_peak_bytes),
+             2)
+      << "x), time "
+      << fixed(choice.simulation.time_ms / choice.store_all_time_ms, 2)
+      << "x of no checkpointing\n";
+}
+
+/// The trainers of a run: the planned one and, with a baseline, a
+/// no-checkpoint copy of the model.
+struct Trainers {
+  std::unique_ptr<Trainer> planned;
+  std::unique_ptr<Trainer> baseline;
+};
+
+Trainers make_trainers(
+    const TrainOptions& options,
+    const TrainRun& run,
+    const planner::Chain& chain,
+    torch::nn::Sequential& model,
+    bool recipe,
+    const Parallel& parallel) {
+  const Mode mode = parse_mode(options.mode);
+  const OptimizerChoice optimizer{options.optimizer, options.lr};
+  Trainers trainers;
+  if (run.baseline_steps > 0) {
+    const PlanChoice none = choose_plan(
+        chain,
+        planner::Strategy::parse("none"),
+        Budget::none(),
+        BudgetOrigin::kDefault);
+    trainers.baseline = std::make_unique<Trainer>(
+        clone_sequential(model),
+        none,
+        mode,
+        optimizer,
+        std::nullopt,
+        run.precision);
+  }
+  if (recipe) {
+    models::set_recompute(
+        model, models::parse_gpt_recompute(options.recompute));
+  }
+  trainers.planned = std::make_unique<Trainer>(
+      model,
+      run.choice,
+      mode,
+      optimizer,
+      parse_compress(options.compress),
+      run.precision
+#if REMAT_WITH_DISTRIBUTED
+      ,
+      parallel.group,
+      options.shard
+#endif
+  );
+  (void)parallel;
+  return trainers;
+}
+
+#if REMAT_WITH_DISTRIBUTED
+void print_parallel(
+    const TrainOptions& options,
+    const planner::Chain& chain,
+    const Parallel& parallel,
+    std::ostream& out) {
+  const distributed::GroupOptions& group = parallel.group->options();
+  out << "parallel  " << parallel.world_size << " ranks (Gloo, rendezvous "
+      << group.master_addr() << ":" << group.master_port() << "), local batch "
+      << options.model.batch / parallel.world_size << " of "
+      << options.model.batch
+      << (options.shard
+              ? ", sharded: each rank keeps 1/" +
+                    std::to_string(parallel.world_size) +
+                    " of the parameters, gradients and AdamW state; "
+                    "resident " +
+                    planner::format_bytes(chain.resident_bytes()) +
+                    " of the budget"
+              : std::string(", gradients averaged during backward"))
+      << "; no baseline run\n";
+}
+#endif
+
+/// Adds one planned step's measurements to the run.
+void record_step(TrainRun& run, const StepResult& result) {
+  const int64_t peak =
+      result.activation_peak_bytes + run.input_bytes + run.resident_bytes;
+  const int64_t total_peak =
+      result.model_and_activation_bytes() + run.input_bytes;
+  run.parameter_state_bytes =
+      std::max(run.parameter_state_bytes, result.parameter_state_bytes);
+  run.optimizer_state_bytes =
+      std::max(run.optimizer_state_bytes, result.optimizer_state_bytes);
+  run.peak_with_parameters_bytes = std::max(
+      run.peak_with_parameters_bytes,
+      result.activation_peak_bytes + run.input_bytes +
+          result.parameter_state_bytes);
+  run.total_peak_bytes = std::max(run.total_peak_bytes, total_peak);
+  run.losses.push_back(result.loss);
+  run.step_ms.push_back(result.step_ms());
+  run.peak_bytes = std::max(run.peak_bytes, peak);
+  run.activation_peak_bytes =
+      std::max(run.activation_peak_bytes, result.activation_peak_bytes);
+  // A total budget is checked in its own units, the others in the
+  // planner's (activations + input + resident).
+  if (run.choice.budget_bytes) {
+    const int64_t over = run.budget.is_total()
+                             ? total_peak - run.budget.budget_bytes()
+                             : peak - *run.choice.budget_bytes;
+    if (over > 0) {
+      ++run.over_budget_steps;
+      run.most_over_budget_bytes = std::max(run.most_over_budget_bytes, over);
+    }
+  }
+}
+
+/// Adds one baseline step's measurements to the run; `step` is its index.
+void record_baseline_step(
+    TrainRun& run,
+    int64_t step,
+    const StepResult& planned,
+    const StepResult& reference) {
+  run.baseline_peak_bytes = std::max(
+      run.baseline_peak_bytes,
+      reference.activation_peak_bytes + run.input_bytes);
+  run.max_loss_difference = std::max(
+      run.max_loss_difference, std::fabs(reference.loss - planned.loss));
+  if (step >= kWarmupSteps || run.baseline_steps <= kWarmupSteps) {
+    run.baseline_step_ms.push_back(reference.step_ms());
+    run.compared_step_ms.push_back(planned.step_ms());
+  }
+}
+
+/// Runs the steps (the first baseline_steps interleaved with the baseline),
+/// printing progress when `human`.
+void run_steps(
+    const TrainOptions& options,
+    TrainRun& run,
+    Trainers& trainers,
+    Workload& workload,
+    const Parallel& parallel,
+    bool human,
+    const CommandIo& io) {
+  double planned_wall_s = 0, baseline_wall_s = 0;
+  const int64_t log_every = options.log_every > 0
+                                ? options.log_every
+                                : std::max<int64_t>(1, options.steps / 20);
+  ProgressLine progress(io.out, io.live, log_every);
+  for (int64_t step = 0; step < options.steps; ++step) {
+    const Batch batch = parallel.slice(workload.next_batch());
+    const uint64_t seed = step_seed(options.seed, step);
+    auto step_start = Clock::now();
+    const StepResult result = trainers.planned->step(batch, seed);
+    planned_wall_s += seconds_since(step_start);
+    record_step(run, result);
+    if (step < run.baseline_steps) {
+      step_start = Clock::now();
+      const StepResult reference = trainers.baseline->step(batch, seed);
+      baseline_wall_s += seconds_since(step_start);
+      record_baseline_step(run, step, result, reference);
+    }
+    if (!human) {
+      continue;
+    }
+    const double per_step = planned_wall_s / static_cast<double>(step + 1);
+    const double per_baseline =
+        step < run.baseline_steps
+            ? baseline_wall_s / static_cast<double>(step + 1)
+            : 0;
+    const double left =
+        per_step * static_cast<double>(options.steps - step - 1) +
+        per_baseline * static_cast<double>(
+                           std::max<int64_t>(0, run.baseline_steps - step - 1));
+    std::ostringstream line;
+    line << "step " << step + 1 << "/" << options.steps << "  loss "
+         << fixed(result.loss, 4) << "  step " << fixed(result.step_ms(), 0)
+         << " ms  peak "
+         << planner::format_bytes(
+                result.activation_peak_bytes + run.input_bytes +
+                run.resident_bytes);
+    if (run.choice.budget_bytes) {
+      line << " / budget " << planner::format_bytes(*run.choice.budget_bytes);
+    }
+    line << "  left " << format_duration(left);
+    progress.update(line.str(), step + 1 == options.steps);
+  }
+  progress.finish();
+}
+
+TrainRun measure_training(
+    const TrainOptions& options, Parallel& parallel, const CommandIo& io) {
+  const bool human = !options.json;
+  const auto start = Clock::now();
+  const bool recipe = options.recompute != "optimal";
+  check_recompute_flags(options, recipe);
+  TrainRun run;
   run.recompute = options.recompute;
   run.compress = options.compress;
+  run.optimizer = options.optimizer;
   run.precision = cpu_precision(options.precision);
   run.strategy = planner::Strategy::parse(
       recipe ? std::string("none") : options.budget.strategy);
   run.budget = Budget::parse(options.budget.budget);
   run.steps = options.steps;
-  const Mode mode = parse_mode(options.mode);
+  run.sharded = options.shard;
 
   Workload workload(options.model, options.seed);
   // The model and its loss, planned as one chain (workload.h).
@@ -436,15 +771,7 @@ TrainRun measure_training(
   run.model = workload.description();
 #if REMAT_WITH_DISTRIBUTED
   if (parallel.group) {
-    parallel.group->check_same(
-        "the model and its flags",
-        run.model + "; " + options.recompute + ", " + options.mode + ", " +
-            options.precision + ", compress " + options.compress +
-            ", selective " + (options.selective ? "on" : "off") + ", shard " +
-            (options.shard ? "on" : "off") + ", steps " +
-            std::to_string(options.steps) + ", " + options.optimizer +
-            ", seed " + std::to_string(options.seed));
-    distributed::broadcast_parameters(model->parameters(), *parallel.group);
+    agree_on_model(options, run.model, model, *parallel.group);
   }
 #endif
   if (human) {
@@ -457,208 +784,48 @@ TrainRun measure_training(
   const Batch probe = parallel.slice(workload.next_batch());
   set_targets(model, probe);
   check_trainable(
-      run.strategy, mode, static_cast<int64_t>(model->size()), probe.inputs);
-  run.sharded = options.shard;
+      run.strategy,
+      parse_mode(options.mode),
+      static_cast<int64_t>(model->size()),
+      probe.inputs);
   for (const auto& parameter : model->parameters()) {
     run.parameter_bytes += static_cast<int64_t>(parameter.nbytes());
   }
-  // Profiled unsharded (every rank still holds the whole model here); when
-  // sharded, the planner also counts the parameters each stage gathers and
-  // the shards every rank keeps, so the budget covers both.
-  const planner::Chain chain = [&] {
-    AutocastGuard autocast(c10::kCPU, run.precision);
-    const planner::Chain profiled = profile_chain(
-        model,
-        probe.inputs,
-        ProfileOptions().selective_policy(selective_policy(options.selective)));
-#if REMAT_WITH_DISTRIBUTED
-    if (options.shard) {
-      return distributed::sharded_chain(
-          profiled, stages_of(model), parallel.world_size);
-    }
-#endif
-    return profiled;
-  }();
+  const planner::Chain chain =
+      profile_training_chain(options, run, model, probe, parallel);
   run.input_bytes = chain.input_bytes();
-  run.choice = choose_plan(
-      chain,
-      run.strategy,
-      run.budget,
-      options.budget.origin(),
-      options.budget.solver());
-  run.choice.selective_policy = selective_policy(options.selective);
-#if REMAT_WITH_DISTRIBUTED
-  if (parallel.group) {
-    run.choice.plan = planner::plan_from_json(
-        parallel.group->share(planner::to_json(run.choice.plan)));
-    run.choice.simulation = planner::simulate(chain, run.choice.plan);
-    if (!run.choice.simulation.valid) {
-      throw UsageError(
-          "rank " + std::to_string(parallel.rank) +
-          ": rank 0's plan is not valid for this rank's chain: " +
-          run.choice.simulation.error);
-    }
-  }
-#endif
-  const PlanChoice& choice = run.choice;
+  run.resident_bytes = chain.resident_bytes();
+  run.predicted_state = chain.model_state();
+  run.choice = plan_training(options, run, chain, recipe, parallel);
   if (human) {
-    io.out << "budget    "
-           << (choice.budget_bytes
-                   ? choice.budget_text + " = " +
-                         planner::format_bytes(*choice.budget_bytes)
-                   : std::string("none"))
-           << " (predicted no-checkpoint peak "
-           << planner::format_bytes(choice.store_all_peak_bytes) << ")\n";
-    if (recipe) {
-      io.out << "recompute " << options.recompute
-             << ": the GPT's own recipe (no plan, no prediction)\n";
-    } else {
-      io.out << "plan      " << run.strategy.to_string() << ": "
-             << plan_brief(choice.plan) << '\n';
-    }
-  }
-  if (human && !recipe) {
-    io.out << "predicted peak "
-           << planner::format_bytes(choice.simulation.peak_bytes) << " ("
-           << fixed(
-                  static_cast<double>(choice.simulation.peak_bytes) /
-                      static_cast<double>(choice.store_all_peak_bytes),
-                  2)
-           << "x), time "
-           << fixed(choice.simulation.time_ms / choice.store_all_time_ms, 2)
-           << "x of no checkpointing\n";
+    print_plan(options, run, recipe, io.out);
   }
 
   const bool with_baseline =
       !options.no_baseline && options.baseline_steps > 0 && !parallel.joined();
   run.baseline_steps =
       with_baseline ? std::min(options.baseline_steps, options.steps) : 0;
-  std::optional<Trainer> baseline;
-  if (with_baseline) {
-    const PlanChoice none = choose_plan(
-        chain,
-        planner::Strategy::parse("none"),
-        Budget::none(),
-        BudgetOrigin::kDefault);
-    baseline.emplace(
-        clone_sequential(model),
-        none,
-        mode,
-        OptimizerChoice{options.optimizer, options.lr},
-        std::nullopt,
-        run.precision);
-  }
-  if (recipe) {
-    models::set_recompute(
-        model, models::parse_gpt_recompute(options.recompute));
-  }
-  Trainer trainer(
-      model,
-      choice,
-      mode,
-      OptimizerChoice{options.optimizer, options.lr},
-      parse_compress(options.compress),
-      run.precision
-#if REMAT_WITH_DISTRIBUTED
-      ,
-      parallel.group,
-      options.shard
-#endif
-  );
+  Trainers trainers =
+      make_trainers(options, run, chain, model, recipe, parallel);
 #if REMAT_WITH_DISTRIBUTED
   if (human && parallel.group) {
-    const distributed::GroupOptions& group = parallel.group->options();
-    io.out << "parallel  " << parallel.world_size << " ranks (Gloo, rendezvous "
-           << group.master_addr() << ":" << group.master_port()
-           << "), local batch " << options.model.batch / parallel.world_size
-           << " of " << options.model.batch
-           << (options.shard
-                   ? ", sharded: each rank keeps 1/" +
-                         std::to_string(parallel.world_size) +
-                         " of the parameters, gradients and AdamW state; "
-                         "resident " +
-                         planner::format_bytes(chain.resident_bytes()) +
-                         " of the budget"
-                   : std::string(", gradients averaged during backward"))
-           << "; no baseline run\n";
+    print_parallel(options, chain, parallel, io.out);
   }
 #endif
   if (human) {
-    io.out << "executor  " << trainer.executor().description() << "; "
-           << options.steps << " steps";
+    io.out << "executor  " << trainers.planned->executor().description()
+           << "; " << options.steps << " steps";
     if (with_baseline) {
       io.out << ", the first " << run.baseline_steps
              << " interleaved with a no-checkpoint copy";
     }
     io.out << '\n';
   }
-
-  double planned_wall_s = 0, baseline_wall_s = 0;
-  const int64_t log_every = options.log_every > 0
-                                ? options.log_every
-                                : std::max<int64_t>(1, options.steps / 20);
-  ProgressLine progress(io.out, io.live, log_every);
-  for (int64_t step = 0; step < options.steps; ++step) {
-    const Batch batch = parallel.slice(workload.next_batch());
-    const uint64_t seed = step_seed(options.seed, step);
-    auto step_start = Clock::now();
-    const StepResult result = trainer.step(batch, seed);
-    planned_wall_s += seconds_since(step_start);
-    const int64_t peak =
-        result.activation_peak_bytes + run.input_bytes + chain.resident_bytes();
-    run.parameter_state_bytes =
-        std::max(run.parameter_state_bytes, result.parameter_state_bytes);
-    run.peak_with_parameters_bytes = std::max(
-        run.peak_with_parameters_bytes,
-        result.activation_peak_bytes + run.input_bytes +
-            result.parameter_state_bytes);
-    run.losses.push_back(result.loss);
-    run.step_ms.push_back(result.step_ms());
-    run.peak_bytes = std::max(run.peak_bytes, peak);
-    run.activation_peak_bytes =
-        std::max(run.activation_peak_bytes, result.activation_peak_bytes);
-    run.over_budget_steps +=
-        choice.budget_bytes && peak > *choice.budget_bytes ? 1 : 0;
-    if (step < run.baseline_steps) {
-      step_start = Clock::now();
-      const StepResult reference = baseline->step(batch, seed);
-      baseline_wall_s += seconds_since(step_start);
-      run.baseline_peak_bytes = std::max(
-          run.baseline_peak_bytes,
-          reference.activation_peak_bytes + run.input_bytes);
-      run.max_loss_difference = std::max(
-          run.max_loss_difference, std::fabs(reference.loss - result.loss));
-      if (step >= kWarmupSteps || run.baseline_steps <= kWarmupSteps) {
-        run.baseline_step_ms.push_back(reference.step_ms());
-        run.compared_step_ms.push_back(result.step_ms());
-      }
-    }
-    if (human) {
-      const double per_step = planned_wall_s / static_cast<double>(step + 1);
-      const double per_baseline =
-          step < run.baseline_steps
-              ? baseline_wall_s / static_cast<double>(step + 1)
-              : 0;
-      const double left =
-          per_step * static_cast<double>(options.steps - step - 1) +
-          per_baseline * static_cast<double>(std::max<int64_t>(
-                             0, run.baseline_steps - step - 1));
-      std::ostringstream line;
-      line << "step " << step + 1 << "/" << options.steps << "  loss "
-           << fixed(result.loss, 4) << "  step " << fixed(result.step_ms(), 0)
-           << " ms  peak " << planner::format_bytes(peak);
-      if (choice.budget_bytes) {
-        line << " / budget " << planner::format_bytes(*choice.budget_bytes);
-      }
-      line << "  left " << format_duration(left);
-      progress.update(line.str(), step + 1 == options.steps);
-    }
-  }
-  progress.finish();
+  run_steps(options, run, trainers, workload, parallel, human, io);
   run.seconds = seconds_since(start);
   if (!options.save.empty()) {
     // Sharded: every rank gathers the parameters, rank 0 writes them.
-    trainer.with_full_parameters([&] {
+    trainers.planned->with_full_parameters([&] {
       if (parallel.rank == 0) {
         save_parameters(model, options.save);
       }
@@ -716,8 +883,17 @@ void render_json(
   report["parameter_bytes"] = run.parameter_bytes;
   report["parameter_state_bytes"] = run.parameter_state_bytes;
   report["peak_with_parameters_bytes"] = run.peak_with_parameters_bytes;
+  report["optimizer"] = run.optimizer;
+  report["optimizer_state_bytes"] = run.optimizer_state_bytes;
+  report["total_peak_bytes"] = run.total_peak_bytes;
+  report["predicted_model_state"] = {
+      {"parameter_bytes", run.predicted_state.parameter_bytes},
+      {"gradient_bytes", run.predicted_state.gradient_bytes},
+      {"optimizer_bytes", run.predicted_state.optimizer_bytes}};
+  report["budget_total"] = run.budget.is_total();
   report["no_checkpoint_peak_bytes"] = choice.store_all_peak_bytes;
   report["over_budget_steps"] = run.over_budget_steps;
+  report["most_over_budget_bytes"] = run.most_over_budget_bytes;
   report["step_ms_median"] = summary.step_ms_median;
   report["seconds"] = run.seconds;
   if (run.baseline_steps > 0) {
@@ -734,9 +910,79 @@ void render_json(
   out << report.dump(2) << '\n';
 }
 
+/// "1 step", "2 steps".
+std::string count(int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+/// "= predicted to the byte", or the difference in bytes.
+std::string against_prediction(int64_t measured, int64_t predicted) {
+  if (measured == predicted) {
+    return "= predicted to the byte";
+  }
+  const int64_t difference = measured - predicted;
+  return "predicted " + planner::format_bytes(predicted) + ", measured " +
+         (difference > 0 ? "+" : "") + std::to_string(difference) + " bytes";
+}
+
+/// The summary's memory lines: the peak in the budget's units against the
+/// prediction and the budget, then the whole step's memory by kind.
+void render_memory(const TrainRun& run, std::ostream& out) {
+  using planner::format_bytes;
+  const PlanChoice& choice = run.choice;
+  const bool predicted = run.recompute == "optimal";
+  out << "  peak            " << format_bytes(run.peak_bytes)
+      << (run.sharded ? " max (activations + input + resident shards)"
+                      : " max (activations + input)");
+  if (predicted) {
+    out << ", " << against_prediction(run.peak_bytes, choice.simulation.peak_bytes);
+  }
+  out << '\n';
+  if (choice.budget_bytes) {
+    const bool total = run.budget.is_total();
+    out << "  budget          "
+        << format_bytes(total ? run.budget.budget_bytes() : *choice.budget_bytes)
+        << (total ? " (whole step) " : " ")
+        << (run.over_budget_steps == 0
+                ? std::string("kept on every step")
+                : "EXCEEDED on " + count(run.over_budget_steps, "step") +
+                      ", by up to " +
+                      count(run.most_over_budget_bytes, "byte"))
+        << '\n';
+  }
+  const planner::ModelState& state = run.predicted_state;
+  const bool state_predicted = !run.sharded;
+  auto row = [&out](const std::string& label, int64_t bytes) -> std::ostream& {
+    return out << "    " << std::left << std::setw(32) << label << std::right
+               << std::setw(10) << format_bytes(bytes);
+  };
+  out << "  memory of a step, measured (highest over the steps):\n";
+  row("parameters, buffers, gradients", run.parameter_state_bytes)
+      << (run.sharded ? "  (this rank's shards)" : "");
+  if (state_predicted) {
+    out << "  ("
+        << against_prediction(
+               run.parameter_state_bytes,
+               state.parameter_bytes + state.gradient_bytes)
+        << ")";
+  }
+  out << '\n';
+  row("optimizer state (" + run.optimizer + ")", run.optimizer_state_bytes);
+  if (state_predicted) {
+    out << "  ("
+        << against_prediction(run.optimizer_state_bytes, state.optimizer_bytes)
+        << ")";
+  }
+  out << '\n';
+  row("activations + input", run.activation_peak_bytes + run.input_bytes)
+      << '\n';
+  row("total", run.total_peak_bytes)
+      << "  (model " << format_bytes(run.parameter_bytes)
+      << " of parameters)\n";
+}
+
 void render_text(
     const TrainRun& run, const TrainSummary& summary, std::ostream& out) {
-  const PlanChoice& choice = run.choice;
   using planner::format_bytes;
   out << "summary   " << run.steps << " steps in "
       << format_duration(run.seconds) << ", " << precision_name(run.precision)
@@ -749,22 +995,7 @@ void render_text(
         << fixed(summary.last_loss_mean, 4) << ")";
   }
   out << '\n';
-  out << "  peak            " << format_bytes(run.peak_bytes)
-      << (run.sharded ? " max (activations + input + resident shards)"
-                      : " max (activations + input)");
-  if (choice.budget_bytes) {
-    out << ", budget " << format_bytes(*choice.budget_bytes) << ": "
-        << (run.over_budget_steps == 0
-                ? std::string("within on every step")
-                : "EXCEEDED on " + std::to_string(run.over_budget_steps) +
-                      " steps");
-  }
-  out << '\n';
-  out << "  with parameters " << format_bytes(run.peak_with_parameters_bytes)
-      << " max (" << format_bytes(run.parameter_state_bytes)
-      << " of parameters and gradients" << (run.sharded ? " shards" : "")
-      << " held through the step; model " << format_bytes(run.parameter_bytes)
-      << ")\n";
+  render_memory(run, out);
   if (run.baseline_steps == 0) {
     out << "  step time       " << fixed(summary.step_ms_median, 1)
         << " ms median (no baseline run)\n";
@@ -837,11 +1068,18 @@ void run_train(const TrainOptions& options, const CommandIo& io) {
     render_text(run, summary, shown.out);
   }
   if (run.choice.budget_bytes && run.over_budget_steps > 0) {
-    shown.err << "warning: the measured peak "
-              << planner::format_bytes(run.peak_bytes)
-              << " exceeded the budget "
-              << planner::format_bytes(*run.choice.budget_bytes) << " on "
-              << run.over_budget_steps << " of " << run.steps << " steps\n";
+    const bool total = run.budget.is_total();
+    const int64_t peak = total ? run.total_peak_bytes : run.peak_bytes;
+    const int64_t budget =
+        total ? run.budget.budget_bytes() : *run.choice.budget_bytes;
+    shown.err << "warning: the measured peak " << peak << " bytes ("
+              << planner::format_bytes(peak) << ", "
+              << (total ? "the whole step" : "activations + input")
+              << ") exceeded the budget " << budget << " bytes ("
+              << planner::format_bytes(budget) << ") on "
+              << run.over_budget_steps << " of " << count(run.steps, "step")
+              << ", by up to " << count(run.most_over_budget_bytes, "byte")
+              << '\n';
   }
 }
 

@@ -145,7 +145,8 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
                                       .blocks_per_stage(flags.layers)
                                       .classes(kClasses));
     data_ = torch::randn({kClasses, 3, flags.image, flags.image}, generator_);
-    detail << flags.layers << " blocks per stage, channels " << flags.hidden
+    detail << flags.layers << (flags.layers == 1 ? " block" : " blocks")
+           << " per stage, channels " << flags.hidden
            << ".." << (flags.hidden << (stages - 1)) << ", image "
            << flags.image << ", batch " << flags.batch
            << "; synthetic class templates";
