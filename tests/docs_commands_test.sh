@@ -50,10 +50,6 @@ SHRINK=(
 UNCHECKED=(
   # Progress lines: how many there are and their times depend on --steps and the load.
   '^remat train( |$)' '^step [0-9]+/[0-9]+ '
-  # The train summary's memory lines are being reworked (a memory breakdown).
-  '^remat train( |$)' '^ +(peak|with parameters|memory) '
-  # `remat profile` is being reworked (a memory breakdown by default, the chain with --json).
-  '^remat profile( |$)' '.'
   # Which strategies meet a time limit, and at which batch, depends on measured times.
   '^remat fit .*--max-time-ratio' '^(none|checkpoint_sequential|optimal)'
 )
