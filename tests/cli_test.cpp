@@ -277,7 +277,7 @@ TEST(RunCli, InfeasibleBudgetExitsTwoWithTheMinimum) {
       {"plan",
        sample_chain_file().string(),
        "--budget",
-       std::to_string(minimum - 1)});
+       std::to_string(minimum - 1) + "B"});
   EXPECT_EQ(result.exit_code, 2) << describe(result);
   EXPECT_NE(result.err.find("minimum feasible budget"), std::string::npos)
       << result.err;
@@ -890,6 +890,36 @@ TEST(RematBinary, FitFlagsAnswersAtTheSearchBound) {
   }
 }
 
+TEST(RunCli, MistypedCommandsAndFlagsGetASuggestion) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"trian"}, "did you mean 'train'?"},
+      {{"profle", "--model", "mlp"}, "did you mean 'profile'?"},
+      {{"train", "--bugdet", "3MiB"}, "did you mean '--budget'?"},
+      {{"train", "--step=3"}, "did you mean '--steps'?"},
+      {{"fit", "--cap", "1MiB", "--max-bach", "3"}, "did you mean '--max-batch'?"},
+  };
+  for (const auto& [arguments, expected] : cases) {
+    const ProcessResult result = run_in_process(arguments);
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    EXPECT_NE(result.err.find(expected), std::string::npos)
+        << arguments.front() << ": " << result.err;
+  }
+  // Nothing close: no suggestion.
+  const ProcessResult far = run_in_process({"train", "--zzzzzzzz"});
+  EXPECT_EQ(far.exit_code, 1) << describe(far);
+  EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << far.err;
+}
+
+TEST(RunCli, PlanWithoutAChainSaysWhereOneComesFrom) {
+  const ProcessResult result = run_in_process({"plan"});
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(result.err.find("remat profile --out"), std::string::npos)
+      << result.err;
+  const ProcessResult help = run_in_process({"plan", "--help"});
+  EXPECT_EQ(help.exit_code, 0) << describe(help);
+  EXPECT_EQ(help.out.find("REQUIRED"), std::string::npos) << help.out;
+}
+
 TEST(RunCli, FitRefusesBadFlagValuesNamingThem) {
   struct Case {
     std::vector<std::string> arguments;
@@ -1150,7 +1180,7 @@ TEST(RematBinary, ALocalWorkerThatFailsMakesTheLaunchFail) {
 // exit 2 with --nproc as without.
 TEST(RematBinary, ALaunchExitsWithTheCodeOfItsFailingWorker) {
   const ProcessResult result =
-      run_remat("train " + kParallelMlpModel + " --budget 1 --nproc 2");
+      run_remat("train " + kParallelMlpModel + " --budget 1B --nproc 2");
   EXPECT_EQ(result.exit_code, 2) << describe(result);
   EXPECT_NE(
       result.err.find("the minimum feasible budget is"), std::string::npos)

@@ -794,7 +794,7 @@ TEST(HostileTool, BadFlagsAreNamedWithTheirValue) {
   EXPECT_EQ(result.exit_code, 1) << result.err;  // a usage error
   EXPECT_NE(result.err.find("--cap"), std::string::npos) << result.err;
   EXPECT_EQ(result.err.find('%'), std::string::npos) << result.err;
-  result = run_remat({"plan", long_chain(3).string(), "--budget", "1152921504606846977"},
+  result = run_remat({"plan", long_chain(3).string(), "--budget", "1152921504606846977B"},
                      "huge_budget");
   EXPECT_EQ(result.exit_code, 1) << result.err;  // a usage error
   EXPECT_NE(result.err.find("at most 1 EiB"), std::string::npos) << result.err;

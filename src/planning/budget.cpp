@@ -62,7 +62,7 @@ int64_t unit_multiplier(const std::string& unit) {
 [[noreturn]] void reject(const std::string& text, const std::string& why) {
   TORCH_CHECK(
       false,
-      "remat::Budget::parse: expected bytes (512MiB, 1GiB, 300MB, 1000000), "
+      "remat::Budget::parse: expected bytes (512MiB, 1GiB, 300MB, 1000000B), "
       "a percentage of the store-all peak in (0%, 100%] (50%), a total "
       "for the whole step with the model state (total:16GiB) or 'none'; "
       "got '",

@@ -4,9 +4,13 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "cli_error.h"
 
@@ -21,6 +25,80 @@ constexpr const char* kFooter =
 
 bool given(CLI::App* command, const std::string& flag) {
   return command->get_option(flag)->count() > 0;
+}
+
+/// Levenshtein distance: insertions, deletions and substitutions.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) {
+    row[j] = j;
+  }
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min(
+          {row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+/// The name in `names` closest to `word`, if close enough to be a typo (at
+/// most two edits, or a third of its letters for longer words: "trian" is
+/// two substitutions from "train").
+std::optional<std::string> closest(
+    const std::string& word, const std::vector<std::string>& names) {
+  std::optional<std::string> best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& name : names) {
+    const size_t distance = edit_distance(word, name);
+    if (distance < best_distance && name != word) {
+      best = name;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+/// " (did you mean 'train'?)" for the first word of `argv` that names no
+/// command or flag of the command it was given to but is close to one; ""
+/// if there is none.
+std::string suggestion(CLI::App& app, int argc, const char* const* argv) {
+  CLI::App* command = &app;
+  for (CLI::App* parsed : app.get_subcommands()) {
+    command = parsed;
+  }
+  std::vector<std::string> commands;
+  for (CLI::App* sub : app.get_subcommands({})) {
+    commands.push_back(sub->get_name());
+  }
+  std::vector<std::string> flags;
+  for (const CLI::Option* option : command->get_options()) {
+    for (const std::string& name : option->get_lnames()) {
+      flags.push_back("--" + name);
+    }
+  }
+  for (int k = 1; k < argc; ++k) {
+    const std::string word = argv[k];
+    if (word.rfind("--", 0) == 0) {
+      const std::string flag = word.substr(0, word.find('='));
+      if (std::find(flags.begin(), flags.end(), flag) != flags.end()) {
+        continue;
+      }
+      if (const std::optional<std::string> near = closest(flag, flags)) {
+        return " (did you mean '" + *near + "'?)";
+      }
+    } else if (command == &app && word[0] != '-') {
+      if (const std::optional<std::string> near = closest(word, commands)) {
+        return " (did you mean '" + *near + "'?)";
+      }
+      break;  // the first word is the command
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -65,7 +143,8 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
       for (CLI::App* command : app.get_subcommands()) {
         name += " " + command->get_name();
       }
-      io.err << name << ": error: " << error.what() << '\n'
+      io.err << name << ": error: " << error.what()
+             << suggestion(app, argc, argv) << '\n'
              << "Run `" << name << " --help` for usage.\n";
       return kExitUsage;
     }

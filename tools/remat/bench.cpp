@@ -234,6 +234,38 @@ report::Table rows_table(const std::vector<BenchRow>& rows) {
   return table;
 }
 
+// The terminal view of the rows: the columns a reader compares, with
+// headers in words, in under 100 columns; the CSV keeps every column (the
+// step times in ms among them).
+report::Table terminal_table(const report::Table& full) {
+  const std::vector<std::pair<std::string, std::string>> shown = {
+      {"strategy", "strategy"},
+      {"budget", "budget"},
+      {"predicted_peak_bytes", "predicted"},
+      {"measured_peak_bytes", "measured"},
+      {"memory_ratio", "memory"},
+      {"time_ratio", "time [95% CI]"},
+      {"status", "status"}};
+  report::Table table;
+  table.name = full.name;
+  std::vector<size_t> indices;
+  for (const auto& [column, header] : shown) {
+    const auto found =
+        std::find(full.columns.begin(), full.columns.end(), column);
+    TORCH_INTERNAL_ASSERT(found != full.columns.end(), column);
+    indices.push_back(static_cast<size_t>(found - full.columns.begin()));
+    table.columns.push_back(header);
+  }
+  for (const std::vector<report::Cell>& row : full.rows) {
+    std::vector<report::Cell> cells;
+    for (const size_t index : indices) {
+      cells.push_back(row[index]);
+    }
+    table.add_row(std::move(cells));
+  }
+  return table;
+}
+
 // plot.gp and its data files in `out`; returns run_gnuplot's error or "".
 std::string write_plot(
     const std::vector<BenchRow>& rows,
@@ -395,7 +427,11 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   write_text_file("--out", options.out + "/bench.csv", report::to_csv(table));
   const std::string plot_error =
       write_plot(rows, options, static_cast<int64_t>(model->size()));
-  const std::string text_table = report::to_text(table);
+  const std::string text_table =
+      report::to_text(terminal_table(table)) +
+      "memory and time: ratios to none (activations + input; step time).\n"
+      "A time interval that contains 1.00 is noise, not a difference. "
+      "Every column is in bench.csv.\n";
 
   std::ostringstream summary;
   summary << "# remat bench report\n\n"

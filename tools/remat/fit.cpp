@@ -152,7 +152,7 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
           "Memory cap: activations + input in bytes with a unit (64MiB), or "
           "the whole step with parameters, gradients and optimizer state "
           "(total:1GiB)")
-      ->check(budget_validator())
+      ->check(budget_validator(/*percentages=*/false))
       ->required();
   command
       ->add_option(
@@ -222,7 +222,8 @@ Budget parse_cap(const std::string& text) {
         "(total:1GiB), got '" +
         text + "'" + why);
   };
-  if (const std::optional<std::string> hint = bare_number_hint(text)) {
+  if (const std::optional<std::string> hint =
+          bare_number_hint(text, /*percentages=*/false)) {
     throw UsageError("--cap: " + *hint);
   }
   Budget cap;
@@ -336,12 +337,15 @@ void render_fit_text(
                ? answer.ms_per_sample()
                : answer.ms_per_sample() / static_cast<double>(answer.size);
   };
-  const std::string units = fitted.state ? " (whole step)" : "";
+  if (fitted.state) {
+    text << "measured and predicted peaks are of the whole step (model state "
+            "included)\n";
+  }
   text << std::left << std::setw(24) << "strategy" << std::right << std::setw(8)
        << (over_batch ? "batch" : "seq-len") << std::setw(9) << "vs none"
        << std::setw(12) << "measured" << std::setw(12) << "predicted"
        << std::setw(11) << (over_batch ? "ms/sample" : "ms/token")
-       << std::setw(9) << "vs none" << units << '\n';
+       << std::setw(9) << "vs none" << '\n';
   text << std::fixed;
   const FitAnswer& none = fitted.answers.front();
   bool any_at_bound = false;

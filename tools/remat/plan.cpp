@@ -27,8 +27,12 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
       "plan",
       "Solve a chain JSON (from `remat profile`) for a budget; print the plan "
       "with its predicted peak and time");
-  command->add_option("chain,--chain", options.chain_path, "Chain JSON file")
-      ->required();
+  // The file is positional or --chain (one of them; the help lists both
+  // without marking either required, so the check is run_plan's).
+  command->add_option(
+      "chain", options.chain_path, "Chain JSON file (from remat profile --out)");
+  command->add_option(
+      "--chain", options.chain_path, "The same, as a flag");
   add_budget_flags(*command, options.budget);
   command->add_flag("--json", options.json, "Print JSON instead of text");
   command->add_option(
@@ -39,6 +43,11 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
 }
 
 void run_plan(const PlanOptions& options, const CommandIo& io) {
+  if (options.chain_path.empty()) {
+    throw UsageError(
+        "expected a chain JSON file: remat plan CHAIN.json (or --chain "
+        "CHAIN.json); `remat profile --out CHAIN.json` writes one");
+  }
   const planner::Chain chain = read_chain_file("--chain", options.chain_path);
   const planner::Strategy strategy =
       planner::Strategy::parse(options.budget.strategy);

@@ -2,6 +2,8 @@
 #include "strategy.h"
 
 #include <cctype>
+#include <cstdlib>
+#include <vector>
 #include <iomanip>
 #include <set>
 #include <sstream>
@@ -76,7 +78,8 @@ std::optional<std::string> budget_note(const PlanChoice& choice) {
   return note.str();
 }
 
-std::optional<std::string> bare_number_hint(const std::string& text) {
+std::optional<std::string> bare_number_hint(
+    const std::string& text, bool percentages) {
   const size_t first = text.find_first_not_of(" \t");
   if (first == std::string::npos) {
     return std::nullopt;
@@ -96,15 +99,29 @@ std::optional<std::string> bare_number_hint(const std::string& text) {
       number.find_first_not_of("0123456789.") != std::string::npos) {
     return std::nullopt;
   }
-  return "'" + text + "' has no unit; did you mean " +
-         (prefix.empty() ? number + "% (of the no-checkpoint peak), " : "") +
-         prefix + number + "MiB or " + prefix + number + "B (bytes)?";
+  // Only what could be meant: a percentage up to 100, whole bytes.
+  const double value = std::strtod(number.c_str(), nullptr);
+  const bool whole = number.find('.') == std::string::npos;
+  std::vector<std::string> meant;
+  if (prefix.empty() && percentages && value > 0 && value <= 100) {
+    meant.push_back(number + "% (of the no-checkpoint peak)");
+  }
+  meant.push_back(prefix + number + "MiB");
+  if (whole) {
+    meant.push_back(prefix + number + "B (bytes)");
+  }
+  std::string hint = "'" + text + "' has no unit; did you mean ";
+  for (size_t k = 0; k < meant.size(); ++k) {
+    hint += (k == 0 ? "" : k + 1 == meant.size() ? " or " : ", ") + meant[k];
+  }
+  return hint + "?";
 }
 
-CLI::Validator budget_validator() {
+CLI::Validator budget_validator(bool percentages) {
   return CLI::Validator(
-      [](std::string& value) -> std::string {
-        if (const std::optional<std::string> hint = bare_number_hint(value)) {
+      [percentages](std::string& value) -> std::string {
+        if (const std::optional<std::string> hint =
+                bare_number_hint(value, percentages)) {
           return *hint;
         }
         try {

@@ -35,13 +35,15 @@ std::optional<std::string> budget_note(const PlanChoice& choice);
 
 /// For a budget text that is a bare number ("50", "total:50"), whose unit a
 /// user must say: "'50' has no unit; did you mean 50% (of the
-/// no-checkpoint peak), 50MiB or 50B (bytes)?". std::nullopt for any other
-/// text (left to Budget::parse).
-std::optional<std::string> bare_number_hint(const std::string& text);
+/// no-checkpoint peak), 50MiB or 50B (bytes)?" (without the percentage when
+/// `percentages` is false: a cap). std::nullopt for any other text (left to
+/// Budget::parse).
+std::optional<std::string> bare_number_hint(
+    const std::string& text, bool percentages = true);
 
-/// Validates a budget flag's value (--budget, --cap, --budgets): refuses a
-/// bare number with bare_number_hint(), then anything Budget::parse refuses,
-/// with its message.
-CLI::Validator budget_validator();
+/// Validates a budget flag's value (--budget, --budgets; --cap with
+/// `percentages` false): refuses a bare number with bare_number_hint(), then
+/// anything Budget::parse refuses, with its message.
+CLI::Validator budget_validator(bool percentages = true);
 
 }  // namespace remat::cli
