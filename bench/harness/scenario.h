@@ -45,8 +45,8 @@ using namespace remat::report;
 
 /// The flags common to every scenario, and where the run happens.
 struct Context {
-  int warmup = 3;              // --warmup: discarded rounds; Default: 3
-  int rounds = 10;             // --rounds: timed rounds; Default: 10
+  int warmup = kDefaultWarmupRounds;  // --warmup: discarded rounds; Default: 3
+  int rounds = kDefaultTimedRounds;   // --rounds: timed rounds; Default: 10
   int threads = 2;             // --threads: torch threads; Default: 2
   std::string device = "cpu";  // --device: cpu, cuda or cuda:N
   bool quick = false;          // --quick: smallest sizes, a smoke run

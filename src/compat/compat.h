@@ -263,7 +263,7 @@ inline constexpr c10::DispatchKey kSelectiveKey =
 // ===== 7. c10d: the rendezvous store and the Gloo process group
 // ===============
 //
-// What distributed.cpp uses, and how it differs:
+// What src/distributed/process_group.cpp uses, and how it differs:
 // 1.13, 2.6 (headers), 2.14 (checked): TCPStore(host, TCPStoreOptions) with
 //       the fields port, isServer, numWorkers, waitWorkers and timeout;
 //       ProcessGroupGloo(store, rank, size, Options) with Options::create(

@@ -16,7 +16,7 @@
 //
 // A worker of `remat train --nproc` (REMAT_LAUNCHER_PID in its environment)
 // handles SIGTERM from its first instruction after the re-exec, to say why it
-// stops (NOTE: [No worker outlives its launcher] in src/distributed/distributed.cpp).
+// stops (NOTE: [No worker outlives its launcher] in src/distributed/launch.cpp).
 #include <signal.h>
 #include <unistd.h>
 

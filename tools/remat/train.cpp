@@ -46,6 +46,7 @@
 #if REMAT_WITH_DISTRIBUTED
 #include <remat/distributed.h>
 #endif
+#include <remat/measure/runner.h>
 #include <remat/profile.h>
 #include <torch/serialize.h>
 #include <nlohmann/json.hpp>
@@ -61,7 +62,8 @@
 namespace remat::cli {
 namespace {
 
-constexpr int64_t kWarmupSteps = 3;
+// Interleaved steps left out of the time medians (remat::measure's warm-up).
+constexpr int64_t kWarmupSteps = measure::kDefaultWarmupRounds;
 constexpr int64_t kLossWindow = 10;
 
 using Clock = std::chrono::steady_clock;
