@@ -401,6 +401,55 @@ TEST(PlannedChain, SelectiveChoiceIsNeverSlowerOnTheGptAndSometimesFaster) {
   EXPECT_GE(faster, 1);
 }
 
+// The chain a plan was solved on travels with it: a report needs no second
+// profile, a re-plan for a new shape brings that shape's chain, and a chain
+// of another length is refused.
+TEST(PlannedChain, KeepsTheChainItsPlanWasSolvedOn) {
+  torch::manual_seed(5);
+  torch::nn::Sequential model(
+      torch::nn::Linear(8, 16), torch::nn::Tanh(), torch::nn::Linear(16, 16),
+      torch::nn::Tanh());
+  const std::vector<remat::Stage> stages = remat::stages_of(model);
+  const torch::Tensor small = torch::randn({4, 8});
+  auto net = remat::auto_checkpoint(
+      stages,
+      small,
+      remat::Budget::parse("100%"),
+      remat::AutoCheckpointOptions().on_shape_change(
+          remat::ShapePolicy::kReplan));
+  ASSERT_TRUE(net->chain().has_value());
+  EXPECT_EQ(net->chain()->size(), 4);
+  EXPECT_EQ(net->chain()->input_bytes(), static_cast<int64_t>(small.nbytes()));
+  EXPECT_TRUE(remat::planner::simulate(*net->chain(), net->plan()).valid);
+  const torch::Tensor large = torch::randn({32, 8});
+  net->forward(large).sum().backward();
+  ASSERT_TRUE(net->chain().has_value());
+  EXPECT_EQ(net->chain()->input_bytes(), static_cast<int64_t>(large.nbytes()));
+  net->forward(small).sum().backward();
+  EXPECT_EQ(net->chain()->input_bytes(), static_cast<int64_t>(small.nbytes()));
+  // A plan given without a chain has none; a chain of another length fails.
+  remat::PlannedChain given(stages, net->plan());
+  EXPECT_FALSE(given->chain().has_value());
+  remat::planner::StageCost unit;
+  unit.forward_ms = 1;
+  unit.backward_ms = 1;
+  unit.output_bytes = 1;
+  unit.saved_bytes = 1;
+  const remat::planner::Chain two(
+      std::vector<remat::planner::StageCost>(2, unit), 1);
+  EXPECT_THROW(
+      remat::PlannedChain(
+          std::vector<remat::Stage>(stages.begin(), stages.begin() + 2),
+          remat::planner::solve_store_all(two),
+          remat::PlannedChainOptions().chain(*net->chain())),
+      c10::Error);
+  // PlannedSequential from auto_checkpoint keeps its chain too.
+  auto sequential =
+      remat::auto_checkpoint(model, small, remat::Budget::parse("100%"));
+  ASSERT_TRUE(sequential->chain().has_value());
+  EXPECT_EQ(sequential->chain()->size(), 4);
+}
+
 TEST(PlannedChain, RefusesEmptyChainsStagesWithoutForwardAndBadPlans) {
   auto expect_error = [](const std::function<void()>& make,
                          const std::string& message) {

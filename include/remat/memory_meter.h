@@ -80,6 +80,9 @@ class MemoryMeter {
   /// Highest live bytes since construction or the last reset().
   int64_t peak_bytes() const;
   /// peak_bytes() minus the live bytes at construction or the last reset().
+  /// What was live then (the input, parameters) is not in it, while the
+  /// planner's peaks (planner::simulate) include the chain input: compare
+  /// peak_delta_bytes() + the input's bytes with a prediction.
   int64_t peak_delta_bytes() const;
   /// Live bytes at construction or the last reset().
   int64_t baseline_bytes() const;

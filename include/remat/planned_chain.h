@@ -81,6 +81,11 @@ struct PlannedChainOptions {
   TORCH_ARG(ProfileOptions, profile) = {};
   /// Solver options used by ShapePolicy::kReplan. Default: {}.
   TORCH_ARG(planner::SolverOptions, solver) = {};
+  /// The chain the plan was solved on (profile_chain's), kept so that a
+  /// report (planner::explain, planner::simulate) needs no second profile.
+  /// auto_checkpoint sets it; under ShapePolicy::kReplan it follows the
+  /// input shape. Must have one stage per stage. Default: none.
+  TORCH_ARG(std::optional<planner::Chain>, chain) = std::nullopt;
 };
 
 /// A chain of stages executed according to a plan (see the top of this
@@ -121,7 +126,13 @@ class PlannedChainImpl : public torch::nn::Module {
   const std::map<std::vector<int64_t>, planner::Plan>& plans_by_shape() const;
   /// The stages, in order.
   const std::vector<Stage>& stages() const;
-  /// The options given at construction (input_shape follows re-plans).
+  /// The chain plan() was solved on: options.chain (set by auto_checkpoint;
+  /// std::nullopt when the plan was given without one).
+  const std::optional<planner::Chain>& chain() const {
+    return options.chain();
+  }
+  /// The options given at construction (input_shape and chain follow
+  /// re-plans).
   PlannedChainOptions options;
 
  private:

@@ -83,6 +83,10 @@ class PlannedSequentialImpl
   void pretty_print(std::ostream& stream) const override;
 
   /// The plan executed (replaced under ShapePolicy::kReplan).
+  /// The chain plan() was solved on (as PlannedChain::chain()).
+  const std::optional<planner::Chain>& chain() const {
+    return options.chain();
+  }
   const planner::Plan& plan() const;
   /// Every plan made so far, keyed by the input shape it was made for: the
   /// constructor's plan under options.input_shape (when set), and one per

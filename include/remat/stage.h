@@ -8,6 +8,13 @@
 // the chain's values. Stages are run in order, stage i's output is stage
 // i+1's input.
 //
+// What a stage closes over that changes from batch to batch (a per-batch
+// padding mask, a sequence length) must be captured by reference or through
+// a shared pointer and set before each forward: a copy captured by value is
+// the value at construction, for every batch. A recomputation during
+// backward runs the stage again and reads that state again, so it must stay
+// as it was for the forward until that batch's backward has finished.
+//
 // Example (blocks that take a causal mask; `mutable`, because a module
 // holder captured by value is const inside a plain lambda):
 // clang-format off

@@ -17,8 +17,10 @@ namespace {
 PlannedChainOptions planned_options(
     const torch::Tensor& sample,
     const Budget& budget,
+    const planner::Chain& chain,
     const AutoCheckpointOptions& options) {
   return PlannedChainOptions()
+      .chain(chain)
       .input_shape(sample.sizes().vec())
       .on_shape_change(options.on_shape_change())
       .budget(budget)
@@ -46,7 +48,7 @@ PlannedSequential auto_checkpoint(
   return PlannedSequential(
       std::move(model),
       std::move(plan),
-      planned_options(sample, budget, options));
+      planned_options(sample, budget, chain, options));
 }
 
 PlannedChain auto_checkpoint(
@@ -60,7 +62,7 @@ PlannedChain auto_checkpoint(
   return PlannedChain(
       std::move(stages),
       std::move(plan),
-      planned_options(sample, budget, options));
+      planned_options(sample, budget, chain, options));
 }
 
 }  // namespace remat

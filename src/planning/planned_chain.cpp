@@ -72,8 +72,20 @@ void check_planned_run(
       who,
       ": expected options.budget to be set for ShapePolicy::kReplan, "
       "got none");
+  if (options.chain()) {
+    TORCH_CHECK(
+        options.chain()->size() == stages,
+        who,
+        ": expected options.chain to have one stage per stage (",
+        stages,
+        "), got ",
+        options.chain()->size());
+  }
   if (!options.input_shape().empty()) {
     run.plans_by_shape.emplace(options.input_shape(), run.plan);
+    if (options.chain()) {
+      run.chains_by_shape.emplace(options.input_shape(), *options.chain());
+    }
   }
 }
 
@@ -107,8 +119,14 @@ torch::Tensor planned_forward(
                       shape,
                       plan_within(chain, *options.budget(), options.solver()))
                   .first;
+      run.chains_by_shape.emplace(shape, std::move(chain));
     }
     run.plan = known->second;
+    const auto chain = run.chains_by_shape.find(shape);
+    options.chain(
+        chain == run.chains_by_shape.end()
+            ? std::nullopt
+            : std::optional<planner::Chain>(chain->second));
     options.input_shape(std::move(shape));
   }
   bool needs_grad = input.requires_grad();

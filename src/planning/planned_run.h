@@ -19,6 +19,8 @@ struct PlannedRun {
   std::shared_ptr<const std::vector<Stage>> stages;
   planner::Plan plan;
   std::map<std::vector<int64_t>, planner::Plan> plans_by_shape;
+  /// The chain of each planned shape whose chain is known.
+  std::map<std::vector<int64_t>, planner::Chain> chains_by_shape;
 };
 
 /// "ops=8, plan=R0 R1 ..." (the plan's text cut at 60 characters).

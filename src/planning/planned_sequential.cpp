@@ -44,6 +44,7 @@ std::shared_ptr<torch::nn::Module> PlannedSequentialImpl::clone(
   auto result =
       std::make_shared<PlannedSequentialImpl>(copy, run_->plan, options);
   result->run_->plans_by_shape = run_->plans_by_shape;
+  result->run_->chains_by_shape = run_->chains_by_shape;
   result->train(is_training());
   return result;
 }
