@@ -27,12 +27,13 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
       "plan",
       "Solve a chain JSON (from `remat profile`) for a budget; print the plan "
       "with its predicted peak and time");
-  // The file is positional or --chain (one of them; the help lists both
-  // without marking either required, so the check is run_plan's).
+  // The file is positional or --chain (one option, as explain's). Not
+  // marked required, so that the help does not list it as required twice;
+  // run_plan says what is missing.
   command->add_option(
-      "chain", options.chain_path, "Chain JSON file (from remat profile --out)");
-  command->add_option(
-      "--chain", options.chain_path, "The same, as a flag");
+      "chain,--chain",
+      options.chain_path,
+      "Chain JSON file (from remat profile --out), positional or --chain");
   add_budget_flags(*command, options.budget);
   command->add_flag("--json", options.json, "Print JSON instead of text");
   command->add_option(
