@@ -493,8 +493,8 @@ TEST(RematBinary, TrainWarnsOnlyWhenTheMeasuredPeakExceedsTheBudget) {
       std::string::npos)
       << below.err;
   // The planned default at 100% and the MLP default: within, no warning.
-  for (const std::string run :
-       {"train " + kTinyGpt + " --steps 2 --budget 100%",
+  for (const std::string& run : std::vector<std::string>{
+           "train " + kTinyGpt + " --steps 2 --budget 100%",
         "train " + kTinyMlp + " --steps 2"}) {
     const ProcessResult planned = run_remat(run);
     ASSERT_EQ(planned.exit_code, 0) << describe(planned);
@@ -885,7 +885,8 @@ TEST(RematBinary, FitFlagsAnswersAtTheSearchBound) {
   const ProcessResult json =
       run_remat("fit " + kTinyMlp + " --cap 64MiB --max-batch 8 --json");
   ASSERT_EQ(json.exit_code, 0) << describe(json);
-  for (const auto& answer : nlohmann::json::parse(json.out)["answers"]) {
+  const nlohmann::json report = nlohmann::json::parse(json.out);  // held
+  for (const auto& answer : report.at("answers")) {
     EXPECT_TRUE(answer["at_search_bound"].get<bool>()) << answer.dump();
   }
 }
