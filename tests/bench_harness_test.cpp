@@ -10,11 +10,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "report/report.h"
-#include "remat/measure/runner.h"
 #include "harness/scenario.h"
+#include "remat/measure/runner.h"
 #include "remat/measure/statistics.h"
 #include "remat/remat.h"
+#include "report/report.h"
 
 namespace remat::bench {
 namespace {
@@ -221,14 +221,18 @@ TEST(PairedRatio, BoundsTheMedianByTheOrderStatisticsOfTheBinomial) {
     EXPECT_GE(ratio.high, ratio.median);
   }
   EXPECT_FALSE(paired_ratio({1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}).has_interval);
-  EXPECT_TRUE(paired_ratio({1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1}).has_interval);
+  EXPECT_TRUE(
+      paired_ratio({1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1}).has_interval);
 }
 
 TEST(PairedRatio, ExcludesOneOnlyWhenTheWholeIntervalLiesOnOneSide) {
   const std::vector<double> base(10, 10.0);
-  EXPECT_TRUE(paired_ratio({11, 12, 11, 13, 12, 11, 12, 14, 11, 12}, base).excludes_one());
-  EXPECT_FALSE(paired_ratio({9, 12, 11, 13, 12, 11, 12, 14, 8, 12}, base).excludes_one());
-  EXPECT_TRUE(paired_ratio({8, 9, 9, 8, 7, 9, 8, 9, 9, 8}, base).excludes_one());
+  EXPECT_TRUE(paired_ratio({11, 12, 11, 13, 12, 11, 12, 14, 11, 12}, base)
+                  .excludes_one());
+  EXPECT_FALSE(paired_ratio({9, 12, 11, 13, 12, 11, 12, 14, 8, 12}, base)
+                   .excludes_one());
+  EXPECT_TRUE(
+      paired_ratio({8, 9, 9, 8, 7, 9, 8, 9, 9, 8}, base).excludes_one());
 }
 
 TEST(PairedRatio, RefusesSeriesThatCannotBePaired) {
@@ -240,7 +244,8 @@ TEST(PairedRatio, RefusesSeriesThatCannotBePaired) {
   try {
     paired_ratio({1, 2, 3}, {1, 2});
   } catch (const std::invalid_argument& error) {
-    EXPECT_NE(std::string(error.what()).find("3 and 2"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("3 and 2"), std::string::npos)
+        << error.what();
   }
 }
 
@@ -252,8 +257,8 @@ TEST(Runner, AdaptiveModeAddsRoundsUpToItsLimitAndSaysWhetherItConverged) {
   options.max_rounds = 9;
   options.target_half_width = 1e-12;  // never met by measured times
   const RunResult strict =
-      Runner({tiny.model.get(), tiny.input, {}}, options).run(
-          {{"none", tiny.plain()}, {"again", tiny.plain()}});
+      Runner({tiny.model.get(), tiny.input, {}}, options)
+          .run({{"none", tiny.plain()}, {"again", tiny.plain()}});
   EXPECT_FALSE(strict.converged);
   EXPECT_EQ(strict.rounds, 9);
   for (const Measurement& measured : strict.configurations) {
@@ -263,8 +268,8 @@ TEST(Runner, AdaptiveModeAddsRoundsUpToItsLimitAndSaysWhetherItConverged) {
   EXPECT_EQ(strict.baseline_rerun.step_ms.size(), 9u);
   options.target_half_width = 1e6;  // met at once
   const RunResult loose =
-      Runner({tiny.model.get(), tiny.input, {}}, options).run(
-          {{"none", tiny.plain()}, {"again", tiny.plain()}});
+      Runner({tiny.model.get(), tiny.input, {}}, options)
+          .run({{"none", tiny.plain()}, {"again", tiny.plain()}});
   EXPECT_TRUE(loose.converged);
   EXPECT_EQ(loose.rounds, 6);
   EXPECT_GE(loose.load_before, 0);  // /proc/loadavg exists on Linux
@@ -279,11 +284,13 @@ TEST(Runner, BusyMachineWarningNamesTheLoadItSaw) {
   result.load_before = 1.7;
   const auto warning = busy_machine_warning(result, 1);
   ASSERT_TRUE(warning.has_value());
-  EXPECT_NE(warning->find("load average 1.7 before the run"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("load average 1.7 before the run"), std::string::npos)
+      << *warning;
   result.load_before = 0.1;
   result.load_after = 3.0;
   ASSERT_TRUE(busy_machine_warning(result, 2).has_value());
-  EXPECT_NE(busy_machine_warning(result, 2)->find("3 at its end"), std::string::npos);
+  EXPECT_NE(
+      busy_machine_warning(result, 2)->find("3 at its end"), std::string::npos);
 }
 
 TEST(RegisterScenario, RejectsASecondScenarioOfTheSameName) {

@@ -390,12 +390,12 @@ TEST(RematBinary, ProfilePlanExplainOnATinyModel) {
 // predicts, to the byte: with dropout (the MLP's default), a cross-entropy
 // whose saved tensors dominate a tiny model, and over two workers.
 TEST(RematBinary, TrainMeasuresItsPredictionToTheByte) {
-  for (const std::string flags :
-       {"--model mlp --layers 2 --hidden 32 --budget 100%",
-        "--model mlp --layers 2 --hidden 32 --batch 64 --budget 100%",
-        "--model mlp --layers 2 --hidden 32 --budget 70%",
+  for (const std::string flags : {
+         "--model mlp --layers 2 --hidden 32 --budget 100%",
+             "--model mlp --layers 2 --hidden 32 --batch 64 --budget 100%",
+             "--model mlp --layers 2 --hidden 32 --budget 70%",
 #if REMAT_WITH_DISTRIBUTED
-        "--model mlp --layers 2 --hidden 32 --budget 100% --nproc 2",
+             "--model mlp --layers 2 --hidden 32 --budget 100% --nproc 2",
 #endif
        }) {
     SCOPED_TRACE(flags);
@@ -408,7 +408,8 @@ TEST(RematBinary, TrainMeasuresItsPredictionToTheByte) {
         report["predicted_peak_bytes"].get<int64_t>());
     EXPECT_EQ(report["over_budget_steps"], 0);
   }
-  const ProcessResult text = run_remat("train --model mlp --steps 3 --threads 1");
+  const ProcessResult text =
+      run_remat("train --model mlp --steps 3 --threads 1");
   ASSERT_EQ(text.exit_code, 0) << describe(text);
   EXPECT_EQ(text.out.find("EXCEEDED"), std::string::npos) << text.out;
   EXPECT_EQ(text.err.find("exceeded"), std::string::npos) << text.err;
@@ -488,14 +489,14 @@ TEST(RematBinary, TrainWarnsOnlyWhenTheMeasuredPeakExceedsTheBudget) {
   EXPECT_NE(below.out.find(", by up to 1 byte\n"), std::string::npos)
       << below.out;
   EXPECT_NE(
-      below.err.find("warning: the measured peak " + std::to_string(peak) +
-                     " bytes"),
+      below.err.find(
+          "warning: the measured peak " + std::to_string(peak) + " bytes"),
       std::string::npos)
       << below.err;
   // The planned default at 100% and the MLP default: within, no warning.
   for (const std::string& run : std::vector<std::string>{
            "train " + kTinyGpt + " --steps 2 --budget 100%",
-        "train " + kTinyMlp + " --steps 2"}) {
+           "train " + kTinyMlp + " --steps 2"}) {
     const ProcessResult planned = run_remat(run);
     ASSERT_EQ(planned.exit_code, 0) << describe(planned);
     EXPECT_EQ(planned.out.find("EXCEEDED"), std::string::npos) << planned.out;
@@ -528,8 +529,7 @@ TEST(RematBinary, TrainUnderATotalBudgetCountsTheModelState) {
       << "AdamW keeps two moments";
   // Between the least and the store-all step: checkpointing must recompute.
   const int64_t store_all = free_report["total_peak_bytes"].get<int64_t>();
-  const int64_t total = predicted_state +
-                        (store_all - predicted_state) * 3 / 4;
+  const int64_t total = predicted_state + (store_all - predicted_state) * 3 / 4;
   const ProcessResult capped =
       run_remat(run + " --budget total:" + std::to_string(total) + "B");
   ASSERT_EQ(capped.exit_code, 0) << describe(capped);
@@ -548,8 +548,11 @@ TEST(RematBinary, TrainUnderATotalBudgetCountsTheModelState) {
 
 TEST(RematBinary, BudgetsSayTheirUnitsAndWhenTheyChangeNothing) {
   for (const std::string flags :
-       {"train --budget 50", "train --budget total:50", "plan x.json --budget 7",
-        "fit --cap 64", "bench --budgets 50%,50"}) {
+       {"train --budget 50",
+        "train --budget total:50",
+        "plan x.json --budget 7",
+        "fit --cap 64",
+        "bench --budgets 50%,50"}) {
     const ProcessResult bare = run_remat(flags);
     EXPECT_EQ(bare.exit_code, 1) << flags << ": " << describe(bare);
     EXPECT_NE(bare.err.find("has no unit; did you mean"), std::string::npos)
@@ -576,11 +579,13 @@ TEST(RematBinary, ProfileShowsTheStepsMemoryByKind) {
     for (const std::string& line : std::vector<std::string>{
              "memory of one training step (predicted):",
              "parameters and buffers",
-          "gradients", "optimizer state (" + optimizer + ")",
-          "activations + input, no checkpointing",
-          "activations + input, least with checkpointing",
-          "total, no checkpointing", "checkpointing can save at most",
-          "forward ms"}) {
+             "gradients",
+             "optimizer state (" + optimizer + ")",
+             "activations + input, no checkpointing",
+             "activations + input, least with checkpointing",
+             "total, no checkpointing",
+             "checkpointing can save at most",
+             "forward ms"}) {
       EXPECT_NE(result.out.find(line), std::string::npos)
           << line << " missing in\n"
           << result.out;
@@ -861,7 +866,8 @@ TEST(RematBinary, FitUnderATotalCapCountsTheModelState) {
   }
   const auto report = nlohmann::json::parse(result.out);
   EXPECT_TRUE(report["cap_total"].get<bool>());
-  EXPECT_EQ(report["model_state"]["predicted"], report["model_state"]["measured"])
+  EXPECT_EQ(
+      report["model_state"]["predicted"], report["model_state"]["measured"])
       << result.out;
   for (const auto& answer : report["answers"]) {
     EXPECT_LE(answer["measured"]["peak_bytes"].get<int64_t>(), 1 << 20)
@@ -879,8 +885,9 @@ TEST(RematBinary, FitFlagsAnswersAtTheSearchBound) {
   const ProcessResult result =
       run_remat("fit " + kTinyMlp + " --cap 64MiB --max-batch 8");
   ASSERT_EQ(result.exit_code, 0) << describe(result);
-  EXPECT_NE(result.out.find("* at the search bound (--max-batch 8)"),
-            std::string::npos)
+  EXPECT_NE(
+      result.out.find("* at the search bound (--max-batch 8)"),
+      std::string::npos)
       << result.out;
   const ProcessResult json =
       run_remat("fit " + kTinyMlp + " --cap 64MiB --max-batch 8 --json");
@@ -897,7 +904,8 @@ TEST(RunCli, MistypedCommandsAndFlagsGetASuggestion) {
       {{"profle", "--model", "mlp"}, "did you mean 'profile'?"},
       {{"train", "--bugdet", "3MiB"}, "did you mean '--budget'?"},
       {{"train", "--step=3"}, "did you mean '--steps'?"},
-      {{"fit", "--cap", "1MiB", "--max-bach", "3"}, "did you mean '--max-batch'?"},
+      {{"fit", "--cap", "1MiB", "--max-bach", "3"},
+       "did you mean '--max-batch'?"},
   };
   for (const auto& [arguments, expected] : cases) {
     const ProcessResult result = run_in_process(arguments);
@@ -1288,16 +1296,23 @@ TEST(RematBinary, AKilledWorkerMakesTheOtherExitWithinTheTimeout) {
 // naming themselves and the build option, and nothing is trained.
 TEST(RematBinary, WithoutDistributedTheParallelFlagsSayWhy) {
   for (const std::string flags :
-       {"train --model mlp --nproc 2", "train --model mlp --rank 0 --world-size 2",
-        "train --model mlp --shard", "explain --model mlp --shard 2"}) {
+       {"train --model mlp --nproc 2",
+        "train --model mlp --rank 0 --world-size 2",
+        "train --model mlp --shard",
+        "explain --model mlp --shard 2"}) {
     SCOPED_TRACE(flags);
     const ProcessResult result = run_remat(flags + " --threads 1");
     EXPECT_EQ(result.exit_code, 1) << describe(result);  // a UsageError
     EXPECT_TRUE(result.out.empty()) << result.out;       // nothing trained
     const std::string flag = flags.substr(flags.find("--", flags.find("mlp")));
-    EXPECT_NE(result.err.find(flag.substr(0, flag.find(' ')) + ": this remat was built without distributed training"),
-              std::string::npos) << result.err;
-    EXPECT_NE(result.err.find("REMAT_BUILD_DISTRIBUTED=OFF"), std::string::npos) << result.err;
+    EXPECT_NE(
+        result.err.find(
+            flag.substr(0, flag.find(' ')) +
+            ": this remat was built without distributed training"),
+        std::string::npos)
+        << result.err;
+    EXPECT_NE(result.err.find("REMAT_BUILD_DISTRIBUTED=OFF"), std::string::npos)
+        << result.err;
   }
 }
 #endif  // REMAT_WITH_DISTRIBUTED

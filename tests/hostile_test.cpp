@@ -49,7 +49,8 @@ using remat::testing::bitwise_equal;
 /// `saved` as backward sees it through CompressActivations of `type`: mul
 /// saves it for the gradient of a leaf of ones, so that gradient is the
 /// restored tensor itself.
-torch::Tensor restored_through(const torch::Tensor& saved, CompressedType type) {
+torch::Tensor restored_through(
+    const torch::Tensor& saved, CompressedType type) {
   auto leaf = torch::ones_like(saved).requires_grad_(true);
   torch::Tensor loss;
   {
@@ -83,7 +84,8 @@ void expect_specials_kept(
   const auto* y = b.data_ptr<double>();
   for (int64_t i = 0; i < a.numel(); ++i) {
     if (std::isnan(x[i])) {
-      EXPECT_TRUE(std::isnan(y[i])) << "element " << i << ": NaN became " << y[i];
+      EXPECT_TRUE(std::isnan(y[i]))
+          << "element " << i << ": NaN became " << y[i];
     } else if (std::isinf(x[i])) {
       EXPECT_EQ(x[i], y[i]) << "element " << i;
     } else {
@@ -111,7 +113,8 @@ void expect_rounded_within(
     case CompressedType::kBFloat16:  // 8 significant bits; fp32 denormals too
       allowed = a.abs() * (1.0 / 256) + 1e-38;
       break;
-    case CompressedType::kFloat16:  // 11 significant bits; below 2^-14: absolute
+    case CompressedType::kFloat16:  // 11 significant bits; below 2^-14:
+                                    // absolute
       allowed = a.abs() * (1.0 / 2048) + 6.2e-5;
       break;
     case CompressedType::kInt8:
@@ -146,16 +149,16 @@ TEST_P(HostileCompression, KeepsInfAndNanExactlyAndFiniteValuesFinite) {
         t[5][6] = nan;
         return t;
       }(),
-      torch::full({64, 4}, denormal),                      // all denormal
-      [&] {                                                 // fp32's extremes
+      torch::full({64, 4}, denormal),  // all denormal
+      [&] {                            // fp32's extremes
         auto t = torch::randn({16, 16});
         t[0][0] = max;
         t[0][1] = -max;
         return t;
       }(),
-      torch::randn({32, 32}) * 1e5,                         // beyond fp16
-      torch::randn({32, 32}).to(torch::kDouble) * 1e300,    // beyond fp32
-      [&] {                                                 // mostly non-finite
+      torch::randn({32, 32}) * 1e5,                       // beyond fp16
+      torch::randn({32, 32}).to(torch::kDouble) * 1e300,  // beyond fp32
+      [&] {                                               // mostly non-finite
         auto t = torch::full({16, 16}, inf);
         t[0][0] = 1;
         return t;
@@ -203,7 +206,8 @@ TEST(Hostile, Int8GradientsAreFiniteWhereThePlainRunsAre) {
   const torch::Tensor plain = run(false);
   const torch::Tensor int8 = run(true);
   EXPECT_TRUE(torch::equal(torch::isfinite(plain), torch::isfinite(int8)))
-      << "finite in the plain run: " << torch::isfinite(plain).sum().item<int64_t>()
+      << "finite in the plain run: "
+      << torch::isfinite(plain).sum().item<int64_t>()
       << ", with int8: " << torch::isfinite(int8).sum().item<int64_t>();
 }
 
@@ -216,18 +220,25 @@ std::vector<remat::Stage> view_chain() {
     return std::make_shared<torch::nn::LinearImpl>(in, out);
   };
   auto first = linear(64, 64);
-  stages.push_back({[first](const torch::Tensor& x) { return first->forward(x); }, first});
+  stages.push_back(
+      {[first](const torch::Tensor& x) { return first->forward(x); }, first});
   auto wide = linear(64, 1024);
   stages.push_back(
-      {[wide](const torch::Tensor& x) { return torch::tanh(wide->forward(x)); }, wide});
-  stages.push_back({[](const torch::Tensor& x) { return x.narrow(1, 0, 64); }, nullptr});
+      {[wide](const torch::Tensor& x) { return torch::tanh(wide->forward(x)); },
+       wide});
+  stages.push_back(
+      {[](const torch::Tensor& x) { return x.narrow(1, 0, 64); }, nullptr});
   for (int k = 0; k < 4; ++k) {
     auto block = std::make_shared<torch::nn::SequentialImpl>(
-        torch::nn::Linear(64, 4096), torch::nn::Tanh(), torch::nn::Linear(4096, 64));
-    stages.push_back({[block](const torch::Tensor& x) { return block->forward(x); }, block});
+        torch::nn::Linear(64, 4096),
+        torch::nn::Tanh(),
+        torch::nn::Linear(4096, 64));
+    stages.push_back(
+        {[block](const torch::Tensor& x) { return block->forward(x); }, block});
   }
   auto last = linear(64, 64);
-  stages.push_back({[last](const torch::Tensor& x) { return last->forward(x); }, last});
+  stages.push_back(
+      {[last](const torch::Tensor& x) { return last->forward(x); }, last});
   return stages;
 }
 
@@ -280,17 +291,18 @@ TEST(Hostile, AStageReturningAViewStaysWithinItsBudget) {
   });
   const int64_t minimum = remat::planner::min_feasible_budget_bytes(chain);
   const int64_t store_all =
-      remat::planner::simulate(chain, remat::planner::solve_store_all(chain)).peak_bytes;
+      remat::planner::simulate(chain, remat::planner::solve_store_all(chain))
+          .peak_bytes;
   for (const remat::Budget& budget :
        {remat::Budget::bytes(minimum),
         remat::Budget::bytes(minimum + (store_all - minimum) / 2)}) {
     SCOPED_TRACE(budget.to_string());
     const remat::planner::Plan plan = remat::plan_within(chain, budget);
     remat::PlannedChain net(stages, plan);
-    const StepResult planned = step(stages, input, [&](const torch::Tensor& x) {
-      return net->forward(x);
-    });
-    remat::testing::expect_all_bitwise_equal(plain.grads, planned.grads, "view chain");
+    const StepResult planned = step(
+        stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
+    remat::testing::expect_all_bitwise_equal(
+        plain.grads, planned.grads, "view chain");
     const int64_t predicted = remat::planner::simulate(chain, plan).peak_bytes;
     EXPECT_LE(planned.peak_bytes, budget.resolve_bytes(chain))
         << "plan " << plan.to_string() << ", predicted " << predicted;
@@ -303,10 +315,15 @@ TEST(Hostile, AStageReturningAViewOfItsInputIsCountedAsItsOwn) {
   auto wide = std::make_shared<torch::nn::LinearImpl>(64, 2048);
   auto narrow_head = std::make_shared<torch::nn::LinearImpl>(16, 16);
   std::vector<remat::Stage> stages = {
-      {[wide](const torch::Tensor& x) { return wide->forward(x).relu(); }, wide},
-      {[](const torch::Tensor& x) { return x.select(1, 3).unsqueeze(1).expand({-1, 16}); },
+      {[wide](const torch::Tensor& x) { return wide->forward(x).relu(); },
+       wide},
+      {[](const torch::Tensor& x) {
+         return x.select(1, 3).unsqueeze(1).expand({-1, 16});
+       },
        nullptr},
-      {[narrow_head](const torch::Tensor& x) { return narrow_head->forward(x); },
+      {[narrow_head](const torch::Tensor& x) {
+         return narrow_head->forward(x);
+       },
        narrow_head},
   };
   const torch::Tensor input = torch::randn({64, 64});
@@ -314,14 +331,16 @@ TEST(Hostile, AStageReturningAViewOfItsInputIsCountedAsItsOwn) {
   const StepResult plain = step(stages, input, [&](const torch::Tensor& x) {
     return remat::detail::run_stages(stages, x);
   });
-  const remat::planner::Plan plan =
-      remat::plan_within(chain, remat::Budget::bytes(
-                                    remat::planner::min_feasible_budget_bytes(chain)));
+  const remat::planner::Plan plan = remat::plan_within(
+      chain,
+      remat::Budget::bytes(remat::planner::min_feasible_budget_bytes(chain)));
   remat::PlannedChain net(stages, plan);
-  const StepResult planned =
-      step(stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
-  remat::testing::expect_all_bitwise_equal(plain.grads, planned.grads, "input view");
-  EXPECT_LE(planned.peak_bytes, remat::planner::simulate(chain, plan).peak_bytes);
+  const StepResult planned = step(
+      stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
+  remat::testing::expect_all_bitwise_equal(
+      plain.grads, planned.grads, "input view");
+  EXPECT_LE(
+      planned.peak_bytes, remat::planner::simulate(chain, plan).peak_bytes);
 }
 
 TEST(Hostile, RandomStagesCostNoUncountedBytesToReplay) {
@@ -336,7 +355,8 @@ TEST(Hostile, RandomStagesCostNoUncountedBytesToReplay) {
   const torch::Tensor input = torch::randn({16, 32});
   const auto chain = remat::profile_chain(model, input);
   const int64_t store_all =
-      remat::planner::simulate(chain, remat::planner::solve_store_all(chain)).peak_bytes;
+      remat::planner::simulate(chain, remat::planner::solve_store_all(chain))
+          .peak_bytes;
   const int64_t minimum = remat::planner::min_feasible_budget_bytes(chain);
   torch::manual_seed(9);
   const StepResult plain = step(stages, input, [&](const torch::Tensor& x) {
@@ -344,13 +364,16 @@ TEST(Hostile, RandomStagesCostNoUncountedBytesToReplay) {
   });
   for (const int64_t budget : {store_all, minimum}) {
     SCOPED_TRACE("budget " + std::to_string(budget));
-    const remat::planner::Plan plan = remat::plan_within(chain, remat::Budget::bytes(budget));
+    const remat::planner::Plan plan =
+        remat::plan_within(chain, remat::Budget::bytes(budget));
     remat::PlannedChain net(stages, plan);
     torch::manual_seed(9);
-    const StepResult planned =
-        step(stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
-    remat::testing::expect_all_bitwise_equal(plain.grads, planned.grads, "dropout chain");
-    EXPECT_LE(planned.peak_bytes, remat::planner::simulate(chain, plan).peak_bytes)
+    const StepResult planned = step(
+        stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
+    remat::testing::expect_all_bitwise_equal(
+        plain.grads, planned.grads, "dropout chain");
+    EXPECT_LE(
+        planned.peak_bytes, remat::planner::simulate(chain, plan).peak_bytes)
         << plan.to_string();
   }
 }
@@ -363,10 +386,11 @@ TEST(Hostile, ALossAsTheLastStageIsPredictedToTheByte) {
       remat::models::MlpChainOptions({32, 32, 32, 10}).dropout(0.1));
   std::vector<remat::Stage> stages = remat::stages_of(model);
   torch::Tensor targets = torch::randint(10, {64}, torch::kLong);
-  stages.push_back({[&targets](const torch::Tensor& logits) {
-                      return torch::nn::functional::cross_entropy(logits, targets);
-                    },
-                    nullptr});
+  stages.push_back(
+      {[&targets](const torch::Tensor& logits) {
+         return torch::nn::functional::cross_entropy(logits, targets);
+       },
+       nullptr});
   const torch::Tensor input = torch::randn({64, 32});
   const auto chain = remat::profile_chain(stages, input);
   torch::manual_seed(12);
@@ -380,10 +404,12 @@ TEST(Hostile, ALossAsTheLastStageIsPredictedToTheByte) {
     SCOPED_TRACE(plan.to_string());
     remat::PlannedChain net(stages, plan);
     torch::manual_seed(12);
-    const StepResult planned =
-        step(stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
-    remat::testing::expect_all_bitwise_equal(plain.grads, planned.grads, "loss stage");
-    EXPECT_EQ(planned.peak_bytes, remat::planner::simulate(chain, plan).peak_bytes);
+    const StepResult planned = step(
+        stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
+    remat::testing::expect_all_bitwise_equal(
+        plain.grads, planned.grads, "loss stage");
+    EXPECT_EQ(
+        planned.peak_bytes, remat::planner::simulate(chain, plan).peak_bytes);
   }
 }
 
@@ -411,7 +437,9 @@ TEST(Hostile, AConstantBufferIsNotCountedAsARecomputationBackup) {
   for (int k = 0; k < 3; ++k) {
     MaskedLinear module;
     stages.push_back(
-        {[module](const torch::Tensor& x) mutable { return module->forward(x); },
+        {[module](const torch::Tensor& x) mutable {
+           return module->forward(x);
+         },
          module.ptr()});
   }
   const torch::Tensor input = torch::randn({8, 64});
@@ -428,9 +456,10 @@ TEST(Hostile, AConstantBufferIsNotCountedAsARecomputationBackup) {
         remat::plan_within(chain, remat::Budget::bytes(minimum))}) {
     SCOPED_TRACE(plan.to_string());
     remat::PlannedChain net(stages, plan);
-    const StepResult planned =
-        step(stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
-    remat::testing::expect_all_bitwise_equal(plain.grads, planned.grads, "masked chain");
+    const StepResult planned = step(
+        stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
+    remat::testing::expect_all_bitwise_equal(
+        plain.grads, planned.grads, "masked chain");
     const int64_t predicted = remat::planner::simulate(chain, plan).peak_bytes;
     EXPECT_LE(planned.peak_bytes, predicted);
     EXPECT_GE(planned.peak_bytes, static_cast<int64_t>(0.9 * predicted))
@@ -454,8 +483,8 @@ TEST(Hostile, AnUndefinedStageOutputIsAnErrorNamingTheStage) {
     EXPECT_NE(std::string(error.what()).find("undefined"), std::string::npos)
         << error.what();
   }
-  remat::PlannedChain net(stages, remat::planner::solve_store_all(
-                                      remat::detail::unit_chain(2)));
+  remat::PlannedChain net(
+      stages, remat::planner::solve_store_all(remat::detail::unit_chain(2)));
   try {
     net->forward(input.requires_grad_(true));
     ADD_FAILURE() << "PlannedChain accepted an undefined stage output";
@@ -487,7 +516,9 @@ TEST(Hostile, SaveToFileSurvivesGraphsThatDieBeforeTheGuard) {
     remat::SaveToFile spill;
     loss = torch::relu(torch::randn({64, 256}).mm(weight)).tanh().sum();
   }
-  std::thread([moved = std::move(loss)]() mutable { moved = torch::Tensor(); }).join();
+  std::thread([moved = std::move(loss)]() mutable {
+    moved = torch::Tensor();
+  }).join();
   // And a normal step still trains exactly.
   const auto x = torch::randn({64, 256});
   auto run = [&](bool spill) {
@@ -537,7 +568,9 @@ TEST(Hostile, APolicyAnswerOutsideTheEnumIsRefused) {
     y.sum().backward();
     ADD_FAILURE() << "an out-of-range policy answer was accepted";
   } catch (const c10::Error& error) {
-    EXPECT_NE(std::string(error.what()).find("CheckpointPolicy value 7"), std::string::npos)
+    EXPECT_NE(
+        std::string(error.what()).find("CheckpointPolicy value 7"),
+        std::string::npos)
         << error.what();
   }
 }
@@ -556,8 +589,9 @@ TEST(Hostile, BudgetsAreParsedInExactIntegers) {
   EXPECT_EQ(remat::Budget::parse("1.5KiB").budget_bytes(), 1536);
   EXPECT_THROW(remat::Budget::parse("0.5000000000000000000000B"), c10::Error);
   EXPECT_THROW(remat::Budget::parse("1.0000000000000000000001GiB"), c10::Error);
-  EXPECT_EQ(remat::Budget::parse("2.50000000000000000000000MiB").budget_bytes(),
-            int64_t{5} << 19);
+  EXPECT_EQ(
+      remat::Budget::parse("2.50000000000000000000000MiB").budget_bytes(),
+      int64_t{5} << 19);
 }
 
 // ---- the tool: signals, oversized and irregular input, bad flags ---------
@@ -571,7 +605,8 @@ fs::path scratch() {
 
 /// Starts the built tool with `arguments` (argv[1..]), stdout and stderr to
 /// files in the scratch folder; returns its pid.
-pid_t spawn_remat(const std::vector<std::string>& arguments, const std::string& tag) {
+pid_t spawn_remat(
+    const std::vector<std::string>& arguments, const std::string& tag) {
   std::vector<std::string> argv_text = {REMAT_CLI_PATH};
   argv_text.insert(argv_text.end(), arguments.begin(), arguments.end());
   std::vector<char*> argv;
@@ -588,7 +623,8 @@ pid_t spawn_remat(const std::vector<std::string>& arguments, const std::string& 
   posix_spawn_file_actions_addopen(
       &actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = -1;
-  const int failed = posix_spawn(&pid, REMAT_CLI_PATH, &actions, nullptr, argv.data(), environ);
+  const int failed = posix_spawn(
+      &pid, REMAT_CLI_PATH, &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (failed != 0) {
     throw std::runtime_error("posix_spawn failed");
@@ -642,8 +678,9 @@ std::vector<pid_t> workers_of(pid_t launcher) {
 /// Waits up to `seconds` for `condition`; true if it held.
 template <typename Condition>
 bool wait_for(double seconds, Condition condition) {
-  const auto until = std::chrono::steady_clock::now() +
-                     std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  const auto until =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
   while (!condition()) {
     if (std::chrono::steady_clock::now() >= until) {
       return false;
@@ -659,23 +696,40 @@ TEST_P(HostileLauncher, NoWorkerOutlivesTheLauncher) {
   const int signal_number = GetParam();
   const std::string tag = "launch_" + std::to_string(signal_number);
   const pid_t launcher = spawn_remat(
-      {"train", "--model", "mlp", "--layers", "2", "--hidden", "32", "--batch", "8",
-       "--nproc", "2", "--steps", "100000000", "--threads", "1"},
+      {"train",
+       "--model",
+       "mlp",
+       "--layers",
+       "2",
+       "--hidden",
+       "32",
+       "--batch",
+       "8",
+       "--nproc",
+       "2",
+       "--steps",
+       "100000000",
+       "--threads",
+       "1"},
       tag);
-  const bool started = wait_for(60, [&] { return workers_of(launcher).size() == 2; });
+  const bool started =
+      wait_for(60, [&] { return workers_of(launcher).size() == 2; });
   if (!started) {
     ::kill(launcher, SIGKILL);
     ::waitpid(launcher, nullptr, 0);
-    FAIL() << "the workers did not start: " << read_file(scratch() / (tag + ".err"));
+    FAIL() << "the workers did not start: "
+           << read_file(scratch() / (tag + ".err"));
   }
   // Each worker handles SIGTERM from the start of its main(): wait for that
   // (bit 15 of SigCgt in /proc/PID/status), so that the message can be
   // checked; a worker killed before has no message, but is gone all the same.
   auto handles_sigterm = [](pid_t pid) {
-    const std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
+    const std::string status =
+        read_file("/proc/" + std::to_string(pid) + "/status");
     const size_t at = status.find("SigCgt:");
     return at != std::string::npos &&
-           (std::stoull(status.substr(at + 7), nullptr, 16) >> (SIGTERM - 1) & 1) != 0;
+           (std::stoull(status.substr(at + 7), nullptr, 16) >> (SIGTERM - 1) &
+            1) != 0;
   };
   EXPECT_TRUE(wait_for(60, [&] {
     for (const pid_t worker : workers_of(launcher)) {
@@ -697,14 +751,17 @@ TEST_P(HostileLauncher, NoWorkerOutlivesTheLauncher) {
   const std::string err = read_file(scratch() / (tag + ".err"));
   if (signal_number == SIGKILL) {
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    EXPECT_NE(err.find("its launcher (pid " + std::to_string(launcher) + ") is gone"),
-              std::string::npos)
+    EXPECT_NE(
+        err.find("its launcher (pid " + std::to_string(launcher) + ") is gone"),
+        std::string::npos)
         << err;
   } else {
     ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
     EXPECT_EQ(WEXITSTATUS(status), 128 + signal_number) << err;
-    EXPECT_NE(err.find("the launcher received signal " + std::to_string(signal_number)),
-              std::string::npos)
+    EXPECT_NE(
+        err.find(
+            "the launcher received signal " + std::to_string(signal_number)),
+        std::string::npos)
         << err;
   }
 }
@@ -714,7 +771,8 @@ INSTANTIATE_TEST_SUITE_P(
     HostileLauncher,
     ::testing::Values(SIGKILL, SIGTERM, SIGINT, SIGHUP),
     [](const ::testing::TestParamInfo<int>& info) {
-      return std::string(strsignal(info.param)).substr(0, 4) + std::to_string(info.param);
+      return std::string(strsignal(info.param)).substr(0, 4) +
+             std::to_string(info.param);
     });
 #endif  // REMAT_WITH_DISTRIBUTED
 
@@ -724,12 +782,14 @@ struct Finished {
   std::string out;
   std::string err;
 };
-Finished run_remat(const std::vector<std::string>& arguments, const std::string& tag) {
+Finished run_remat(
+    const std::vector<std::string>& arguments, const std::string& tag) {
   const pid_t pid = spawn_remat(arguments, tag);
   int status = 0;
   ::waitpid(pid, &status, 0);
   Finished result;
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.exit_code =
+      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   result.out = read_file(scratch() / (tag + ".out"));
   result.err = read_file(scratch() / (tag + ".err"));
   return result;
@@ -737,7 +797,8 @@ Finished run_remat(const std::vector<std::string>& arguments, const std::string&
 
 /// A chain file of `stages` identical stages.
 fs::path long_chain(int64_t stages) {
-  const fs::path path = scratch() / ("chain_" + std::to_string(stages) + ".json");
+  const fs::path path =
+      scratch() / ("chain_" + std::to_string(stages) + ".json");
   std::ofstream file(path);
   file << "{\"input_bytes\": 4096, \"stages\": [";
   for (int64_t i = 0; i < stages; ++i) {
@@ -755,13 +816,15 @@ TEST(HostileTool, AChainOfTenThousandStagesIsPlannedOrRefusedAtOnce) {
   for (const std::string strategy : {"sqrt", "uniform:50", "chen", "none"}) {
     SCOPED_TRACE(strategy);
     const Finished result = run_remat(
-        {"plan", chain.string(), "--strategy", strategy, "--json"}, "long_" + strategy.substr(0, 4));
+        {"plan", chain.string(), "--strategy", strategy, "--json"},
+        "long_" + strategy.substr(0, 4));
     ASSERT_EQ(result.exit_code, 0) << result.err;
     const auto text = result.out;
     EXPECT_NE(text.find("\"min_feasible_bytes\": null"), std::string::npos);
   }
   const Finished optimal = run_remat(
-      {"plan", chain.string(), "--strategy", "optimal", "--budget", "50%"}, "long_optimal");
+      {"plan", chain.string(), "--strategy", "optimal", "--budget", "50%"},
+      "long_optimal");
   EXPECT_NE(optimal.exit_code, 0);
   EXPECT_NE(optimal.err.find("10000 stages"), std::string::npos) << optimal.err;
   EXPECT_NE(optimal.err.find("at most 1000"), std::string::npos) << optimal.err;
@@ -773,11 +836,13 @@ TEST(HostileTool, IrregularFilesAreRefusedWithoutReadingThem) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   Finished result = run_remat({"plan", fifo.string()}, "fifo");
   EXPECT_EQ(result.exit_code, 1) << result.err;  // a usage error
-  EXPECT_NE(result.err.find("not a regular file"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("not a regular file"), std::string::npos)
+      << result.err;
   result = run_remat({"plan", scratch().string()}, "directory");
   EXPECT_EQ(result.exit_code, 1) << result.err;  // a usage error
   EXPECT_NE(result.err.find("is a directory"), std::string::npos) << result.err;
-  result = run_remat({"train", "--data", scratch().string(), "--steps", "1"}, "data_dir");
+  result = run_remat(
+      {"train", "--data", scratch().string(), "--steps", "1"}, "data_dir");
   EXPECT_EQ(result.exit_code, 1) << result.err;  // a usage error
   EXPECT_NE(result.err.find("--data"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("is a directory"), std::string::npos) << result.err;
@@ -787,15 +852,18 @@ TEST(HostileTool, BadFlagsAreNamedWithTheirValue) {
   Finished result = run_remat({"train", "--lr", "-1"}, "lr");
   EXPECT_EQ(result.exit_code, 1) << result.err;  // a usage error
   EXPECT_NE(result.err.find("--lr"), std::string::npos) << result.err;
-  EXPECT_NE(result.err.find("expected a positive number, got '-1'"), std::string::npos)
+  EXPECT_NE(
+      result.err.find("expected a positive number, got '-1'"),
+      std::string::npos)
       << result.err;
   EXPECT_LT(result.err.size(), 400u) << result.err;
   result = run_remat({"fit", "--model", "mlp", "--cap", "0"}, "cap");
   EXPECT_EQ(result.exit_code, 1) << result.err;  // a usage error
   EXPECT_NE(result.err.find("--cap"), std::string::npos) << result.err;
   EXPECT_EQ(result.err.find('%'), std::string::npos) << result.err;
-  result = run_remat({"plan", long_chain(3).string(), "--budget", "1152921504606846977B"},
-                     "huge_budget");
+  result = run_remat(
+      {"plan", long_chain(3).string(), "--budget", "1152921504606846977B"},
+      "huge_budget");
   EXPECT_EQ(result.exit_code, 1) << result.err;  // a usage error
   EXPECT_NE(result.err.find("at most 1 EiB"), std::string::npos) << result.err;
 }

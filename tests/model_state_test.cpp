@@ -82,7 +82,9 @@ TEST(ProfileChain, CarriesTheModelStateOfItsOptimizer) {
   torch::nn::Sequential model(torch::nn::Linear(4, 8), torch::nn::ReLU());
   const torch::Tensor sample = torch::randn({2, 4});
   const auto adam = remat::profile_chain(model, sample);
-  EXPECT_EQ(adam.model_state(), (ModelState{kLinearBytes, kLinearBytes, 2 * kLinearBytes}));
+  EXPECT_EQ(
+      adam.model_state(),
+      (ModelState{kLinearBytes, kLinearBytes, 2 * kLinearBytes}));
   const auto sgd = remat::profile_chain(
       model, sample, remat::ProfileOptions().optimizer_state_ratio(0));
   EXPECT_EQ(sgd.model_state(), (ModelState{kLinearBytes, kLinearBytes, 0}));
@@ -94,7 +96,11 @@ TEST(TotalBudget, ParsesOnlyBytesAfterItsPrefix) {
   EXPECT_TRUE(Budget::parse("total:1000000B").is_total());
   EXPECT_EQ(Budget::parse("total:1GiB").kind(), Budget::Kind::kTotal);
   for (const std::string text :
-       {"total:", "total:50%", "total:none", "total:-1GiB", "total:1XB",
+       {"total:",
+        "total:50%",
+        "total:none",
+        "total:-1GiB",
+        "total:1XB",
         "total:0B"}) {
     try {
       Budget::parse(text);

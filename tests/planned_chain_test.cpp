@@ -407,7 +407,9 @@ TEST(PlannedChain, SelectiveChoiceIsNeverSlowerOnTheGptAndSometimesFaster) {
 TEST(PlannedChain, KeepsTheChainItsPlanWasSolvedOn) {
   torch::manual_seed(5);
   torch::nn::Sequential model(
-      torch::nn::Linear(8, 16), torch::nn::Tanh(), torch::nn::Linear(16, 16),
+      torch::nn::Linear(8, 16),
+      torch::nn::Tanh(),
+      torch::nn::Linear(16, 16),
       torch::nn::Tanh());
   const std::vector<remat::Stage> stages = remat::stages_of(model);
   const torch::Tensor small = torch::randn({4, 8});

@@ -47,12 +47,12 @@ using namespace remat::report;
 struct Context {
   int warmup = kDefaultWarmupRounds;  // --warmup: discarded rounds; Default: 3
   int rounds = kDefaultTimedRounds;   // --rounds: timed rounds; Default: 10
-  int threads = 2;             // --threads: torch threads; Default: 2
-  std::string device = "cpu";  // --device: cpu, cuda or cuda:N
-  bool quick = false;          // --quick: smallest sizes, a smoke run
-  bool verbose = false;        // --verbose: progress on stderr
-  Machine machine;             // described after set_num_threads
-  std::string command;         // the exact command line
+  int threads = 2;                    // --threads: torch threads; Default: 2
+  std::string device = "cpu";         // --device: cpu, cuda or cuda:N
+  bool quick = false;                 // --quick: smallest sizes, a smoke run
+  bool verbose = false;               // --verbose: progress on stderr
+  Machine machine;                    // described after set_num_threads
+  std::string command;                // the exact command line
 
   /// RunnerOptions with this context's warm-up, rounds and verbosity.
   RunnerOptions runner_options() const;

@@ -78,8 +78,7 @@ struct ProfileOptions {
 /// Throws c10::Error if optimizer_state_ratio is negative, above 64 or not
 /// finite.
 planner::ModelState model_state_of(
-    const std::vector<Stage>& stages,
-    double optimizer_state_ratio = 2);
+    const std::vector<Stage>& stages, double optimizer_state_ratio = 2);
 
 /// Measures the cost of every child of `model` on `sample` (the chain input
 /// x_0, whose bytes become input_bytes) and returns the chain the planner

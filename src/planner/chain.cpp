@@ -249,8 +249,7 @@ Chain Chain::with_model_state(const ModelState& state) const {
 bool operator==(const Chain& lhs, const Chain& rhs) {
   return lhs.input_bytes() == rhs.input_bytes() &&
          lhs.resident_bytes() == rhs.resident_bytes() &&
-         lhs.model_state() == rhs.model_state() &&
-         lhs.stages() == rhs.stages();
+         lhs.model_state() == rhs.model_state() && lhs.stages() == rhs.stages();
 }
 
 bool operator!=(const Chain& lhs, const Chain& rhs) {

@@ -250,8 +250,8 @@ std::string to_text(const ExplainReport& report) {
                  static_cast<double>(report.store_all_peak_bytes),
              2)
       << "% of store-all " << format_bytes(report.store_all_peak_bytes)
-      << "), predicted time " << fixed(report.time_ms, 3)
-      << " ms (store-all " << fixed(report.store_all_time_ms, 3) << " ms), "
+      << "), predicted time " << fixed(report.time_ms, 3) << " ms (store-all "
+      << fixed(report.store_all_time_ms, 3) << " ms), "
       << report.recomputed_forwards << " recomputed stage forwards\n";
   if (report.counts_parameters) {
     const int64_t parameters =

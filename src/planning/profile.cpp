@@ -37,8 +37,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <unordered_set>
 #include <limits>
+#include <unordered_set>
 #include <vector>
 
 #include <ATen/Context.h>
@@ -47,9 +47,9 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/modules/container/any.h>
 
+#include "checkpoint/recompute_context.h"
 #include "model_state.h"
 #include "plan_executor.h"
-#include "checkpoint/recompute_context.h"
 #include "remat/memory_meter.h"
 
 namespace remat {
@@ -94,7 +94,8 @@ struct RecordCost {
     torch::Tensor leaf = run.input.detach();
     leaf.requires_grad_(run.leaf_requires_grad);
     meter.reset();
-    torch::Tensor output = detail::record_stage(run.stage, run.index, leaf, policy);
+    torch::Tensor output =
+        detail::record_stage(run.stage, run.index, leaf, policy);
     const int64_t saved = meter.current_bytes() - meter.baseline_bytes();
     saved_bytes = std::max(saved_bytes, saved);
     forward_tmp_bytes =
@@ -182,8 +183,8 @@ planner::Chain profile_chain(
           c10::NoGradGuard no_grad;
           output = detail::stage_output(stage.forward(input), index);
         }
-        backup_bytes = std::max(
-            backup_bytes, detail::own_buffer_bytes(writes.written()));
+        backup_bytes =
+            std::max(backup_bytes, detail::own_buffer_bytes(writes.written()));
         detail::synchronize(device);
         if (timed) {
           forward_times.push_back(detail::elapsed_ms(start));
@@ -260,7 +261,8 @@ planner::ModelState model_state_of(
       }
       if (tensor.has_storage() &&
           storages.insert(tensor.storage().unsafeGetStorageImpl()).second) {
-        state.parameter_bytes += static_cast<int64_t>(tensor.storage().nbytes());
+        state.parameter_bytes +=
+            static_cast<int64_t>(tensor.storage().nbytes());
       }
       if (tensor.requires_grad() &&
           trainable.insert(tensor.unsafeGetTensorImpl()).second) {

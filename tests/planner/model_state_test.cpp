@@ -40,7 +40,8 @@ TEST(ModelState, IsOutsideEveryPeakAndPartOfEquality) {
   // No plan changes the model state, so simulate() leaves it out.
   for (const Plan& plan : {solve_store_all(plain), solve_sqrt(plain)}) {
     EXPECT_EQ(
-        simulate(plain, plan).peak_bytes, simulate(with_state, plan).peak_bytes);
+        simulate(plain, plan).peak_bytes,
+        simulate(with_state, plan).peak_bytes);
   }
 }
 
@@ -85,8 +86,7 @@ TEST(ModelState, RoundTripsThroughJsonAndIsOptionalThere) {
 TEST(StepMemory, AddsTheModelStateToThePeaksAndBoundsTheSaving) {
   const Chain chain = two_stages({1000, 1000, 2000});
   const StepMemory memory = step_memory(chain);
-  const int64_t store_all =
-      simulate(chain, solve_store_all(chain)).peak_bytes;
+  const int64_t store_all = simulate(chain, solve_store_all(chain)).peak_bytes;
   EXPECT_EQ(memory.store_all_peak_bytes, store_all);
   ASSERT_TRUE(memory.least_peak_bytes.has_value());
   EXPECT_EQ(*memory.least_peak_bytes, min_feasible_budget_bytes(chain));

@@ -32,8 +32,8 @@
 #include "commands.h"
 #include "gnuplot.h"
 #include "remat/measure/machine.h"
-#include "report/report.h"
 #include "remat/measure/runner.h"
+#include "report/report.h"
 #include "runtime.h"
 #include "strategy.h"
 
@@ -111,10 +111,11 @@ std::vector<BenchRow> plan_rows(
         row.budget_bytes = row.choice->budget_bytes;
       } catch (const InfeasibleBudgetError& error) {
         row.budget_bytes = budget.resolve_bytes(chain);
-        row.status = error.min_feasible_bytes()
-            ? "infeasible (minimum " +
-                planner::format_bytes(*error.min_feasible_bytes()) + ")"
-            : std::string("infeasible");
+        row.status =
+            error.min_feasible_bytes()
+                ? "infeasible (minimum " +
+                      planner::format_bytes(*error.min_feasible_bytes()) + ")"
+                : std::string("infeasible");
       }
       rows.push_back(std::move(row));
     }
@@ -356,7 +357,11 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   command->add_option("--warmup", options.warmup, "Untimed rounds")
       ->check(CLI::Range(int64_t{0}, int64_t{1000}))
       ->capture_default_str();
-  command->add_option("--repeats", options.repeats, "Timed rounds (median; 6 or more for 95 % intervals of the ratios)")
+  command
+      ->add_option(
+          "--repeats",
+          options.repeats,
+          "Timed rounds (median; 6 or more for 95 % intervals of the ratios)")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}))
       ->capture_default_str();
   command

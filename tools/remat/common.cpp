@@ -106,12 +106,12 @@ void apply_threads(int64_t threads) {
   torch::set_num_threads(static_cast<int>(threads));
 }
 
-std::string read_regular_file(const std::string& flag, const std::string& path) {
+std::string read_regular_file(
+    const std::string& flag, const std::string& path) {
   std::error_code error;
   const auto status = std::filesystem::status(path, error);
   if (std::filesystem::is_directory(status)) {
-    throw UsageError(
-        flag + ": '" + path + "' is a directory; expected a file");
+    throw UsageError(flag + ": '" + path + "' is a directory; expected a file");
   }
   if (std::filesystem::exists(status) &&
       !std::filesystem::is_regular_file(status)) {

@@ -62,8 +62,9 @@ int64_t activation_cap(
         planner::format_bytes(state->predicted.total_bytes()) +
         " (parameters and buffers " +
         planner::format_bytes(state->predicted.parameter_bytes) +
-        ", gradients " + planner::format_bytes(state->predicted.gradient_bytes) +
-        ", " + options.optimizer + " state " +
+        ", gradients " +
+        planner::format_bytes(state->predicted.gradient_bytes) + ", " +
+        options.optimizer + " state " +
         planner::format_bytes(state->predicted.optimizer_bytes) +
         "): nothing is left for activations");
   }
@@ -84,7 +85,8 @@ Fitted fit_over_batch(const FitCommandOptions& options, const Budget& cap) {
     return Workload(flags, options.seed).next_batch().inputs;
   };
   std::optional<CapState> state;
-  const int64_t cap_bytes = activation_cap(options, cap, workload.model(), state);
+  const int64_t cap_bytes =
+      activation_cap(options, cap, workload.model(), state);
   return {
       fit_batch(
           make_input,
@@ -114,7 +116,8 @@ Fitted fit_over_seq_len(const FitCommandOptions& options, const Budget& cap) {
   model_flags.seq = std::max(options.max_seq_len, 4 * options.probe_seq_len);
   Workload workload(model_flags, options.seed);
   std::optional<CapState> state;
-  const int64_t cap_bytes = activation_cap(options, cap, workload.model(), state);
+  const int64_t cap_bytes =
+      activation_cap(options, cap, workload.model(), state);
   auto make_problem = [&](int64_t length) {
     ModelFlags flags = options.model;
     flags.seq = length;
@@ -361,10 +364,12 @@ void render_fit_text(
     if (answer.size == 0) {
       const std::string smallest =
           over_batch ? "--probe-batch" : "--probe-seq-len";
-      text << (options.max_time_ratio > 0
-                   ? "  (none fits within the cap and --max-time-ratio, "
-                     "from " + smallest + " up)\n"
-                   : "  (not even " + smallest + " fits)\n");
+      text
+          << (options.max_time_ratio > 0
+                  ? "  (none fits within the cap and --max-time-ratio, "
+                    "from " +
+                        smallest + " up)\n"
+                  : "  (not even " + smallest + " fits)\n");
       continue;
     }
     const bool relative = none.size > 0;

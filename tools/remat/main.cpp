@@ -16,7 +16,8 @@
 //
 // A worker of `remat train --nproc` (REMAT_LAUNCHER_PID in its environment)
 // handles SIGTERM from its first instruction after the re-exec, to say why it
-// stops (NOTE: [No worker outlives its launcher] in src/distributed/launch.cpp).
+// stops (NOTE: [No worker outlives its launcher] in
+// src/distributed/launch.cpp).
 #include <signal.h>
 #include <unistd.h>
 
@@ -43,8 +44,9 @@ std::array<char, 192> worker_gone_text{};
 std::array<char, 192> worker_stopped_text{};
 
 extern "C" void stop_worker(int /*signal_number*/) {
-  const char* text = ::getppid() != worker_launcher ? worker_gone_text.data()
-                                                    : worker_stopped_text.data();
+  const char* text = ::getppid() != worker_launcher
+                         ? worker_gone_text.data()
+                         : worker_stopped_text.data();
   size_t length = 0;
   while (text[length] != '\0') {
     ++length;

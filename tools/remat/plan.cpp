@@ -54,7 +54,11 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
       planner::Strategy::parse(options.budget.strategy);
   const Budget budget = Budget::parse(options.budget.budget);
   const PlanChoice choice = choose_plan(
-      chain, strategy, budget, options.budget.origin(), options.budget.solver());
+      chain,
+      strategy,
+      budget,
+      options.budget.origin(),
+      options.budget.solver());
   if (!options.plan_out.empty()) {
     write_text_file(
         "--plan-out", options.plan_out, planner::to_json(choice.plan));
@@ -76,9 +80,9 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
     report["budget_bytes"] = choice.budget_bytes
                                  ? nlohmann::json(*choice.budget_bytes)
                                  : nlohmann::json(nullptr);
-    report["min_feasible_bytes"] = choice.min_feasible_bytes
-        ? nlohmann::json(*choice.min_feasible_bytes)
-        : nlohmann::json(nullptr);
+    report["min_feasible_bytes"] =
+        choice.min_feasible_bytes ? nlohmann::json(*choice.min_feasible_bytes)
+                                  : nlohmann::json(nullptr);
     report["store_all"] = {
         {"peak_bytes", choice.store_all_peak_bytes},
         {"time_ms", choice.store_all_time_ms}};
@@ -104,7 +108,7 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
        << (choice.min_feasible_bytes
                ? planner::format_bytes(*choice.min_feasible_bytes)
                : "not computed (more than " +
-                   std::to_string(planner::kMaxExactStages) + " stages)")
+                     std::to_string(planner::kMaxExactStages) + " stages)")
        << '\n';
   text << "strategy  " << strategy.to_string() << ", budget "
        << choice.budget_text;

@@ -242,8 +242,7 @@ int64_t held_bytes(const std::vector<torch::Tensor>& tensors) {
   return bytes;
 }
 
-StepResult Trainer::step(
-    const Batch& batch, uint64_t seed, bool update) {
+StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
   model_->train();
   std::vector<torch::Tensor> held = model_->parameters();
 #if REMAT_WITH_DISTRIBUTED
@@ -321,8 +320,7 @@ planner::ModelState measure_model_state(
   state.parameter_bytes = meter.current_bytes() - start;
   std::vector<torch::Tensor> parameters = copy->parameters();
   zero_gradients(parameters);
-  state.gradient_bytes =
-      meter.current_bytes() - start - state.parameter_bytes;
+  state.gradient_bytes = meter.current_bytes() - start - state.parameter_bytes;
   const std::unique_ptr<torch::optim::Optimizer> updates =
       make_optimizer(optimizer, parameters);
   const int64_t before_update = meter.current_bytes();

@@ -167,10 +167,7 @@ class Trainer {
   /// `batch`'s targets: workload.h), backward (measured), then the
   /// optimizer step when `update` is true. Reseeds the global RNG with
   /// `seed` first. REQUIRES: the model is a Workload::training_model().
-  StepResult step(
-      const Batch& batch,
-      uint64_t seed,
-      bool update = true);
+  StepResult step(const Batch& batch, uint64_t seed, bool update = true);
   const Executor& executor() const {
     return *executor_;
   }

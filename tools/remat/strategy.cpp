@@ -3,10 +3,10 @@
 
 #include <cctype>
 #include <cstdlib>
-#include <vector>
 #include <iomanip>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include <remat/planner/units.h>
 
@@ -71,7 +71,8 @@ std::optional<std::string> budget_note(const PlanChoice& choice) {
   std::ostringstream note;
   note << "note: the budget is " << std::fixed << std::setprecision(2)
        << static_cast<double>(*choice.budget_bytes) /
-              static_cast<double>(std::max<int64_t>(1, choice.store_all_peak_bytes))
+              static_cast<double>(
+                  std::max<int64_t>(1, choice.store_all_peak_bytes))
        << "x the no-checkpoint peak "
        << planner::format_bytes(choice.store_all_peak_bytes)
        << ": nothing is recomputed, checkpointing is not needed at this size";
@@ -89,9 +90,10 @@ std::optional<std::string> bare_number_hint(
   const std::string total = "total:";
   std::string prefix;
   if (number.size() > total.size() &&
-      std::equal(total.begin(), total.end(), number.begin(), [](char a, char b) {
-        return a == std::tolower(static_cast<unsigned char>(b));
-      })) {
+      std::equal(
+          total.begin(), total.end(), number.begin(), [](char a, char b) {
+            return a == std::tolower(static_cast<unsigned char>(b));
+          })) {
     prefix = number.substr(0, total.size());
     number = number.substr(total.size());
   }

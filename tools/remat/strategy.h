@@ -7,9 +7,9 @@
 #include <optional>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <remat/plan_choice.h>
 #include <remat/planner.h>
+#include <CLI/CLI.hpp>
 
 namespace remat::cli {
 

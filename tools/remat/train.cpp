@@ -36,8 +36,8 @@
 // on every rank and rank 0 writes them.
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <iomanip>
 #include <optional>
 #include <sstream>
@@ -451,8 +451,8 @@ void agree_on_model(
           options.precision + ", compress " + options.compress +
           ", selective " + (options.selective ? "on" : "off") + ", shard " +
           (options.shard ? "on" : "off") + ", steps " +
-          std::to_string(options.steps) + ", " + options.optimizer +
-          ", seed " + std::to_string(options.seed));
+          std::to_string(options.steps) + ", " + options.optimizer + ", seed " +
+          std::to_string(options.seed));
   distributed::broadcast_parameters(model->parameters(), group);
 }
 #endif
@@ -501,8 +501,8 @@ PlanChoice plan_training(
         chain, run.strategy, Budget::none(), BudgetOrigin::kDefault);
     if (options.budget.budget_given && !run.budget.is_none()) {
       choice.budget_bytes = run.budget.resolve_bytes(chain);
-      choice.budget_text =
-          run.budget.to_string() + ", checked (the recipe decides what is kept)";
+      choice.budget_text = run.budget.to_string() +
+                           ", checked (the recipe decides what is kept)";
     }
     return choice;
   }
@@ -558,8 +558,8 @@ void print_plan(
   }
   out << "plan      " << run.strategy.to_string() << ": "
       << plan_brief(choice.plan) << '\n';
-  out << "predicted peak " << planner::format_bytes(choice.simulation.peak_bytes)
-      << " ("
+  out << "predicted peak "
+      << planner::format_bytes(choice.simulation.peak_bytes) << " ("
       << fixed(
              static_cast<double>(choice.simulation.peak_bytes) /
                  static_cast<double>(choice.store_all_peak_bytes),
@@ -632,14 +632,13 @@ void print_parallel(
       << group.master_addr() << ":" << group.master_port() << "), local batch "
       << options.model.batch / parallel.world_size << " of "
       << options.model.batch
-      << (options.shard
-              ? ", sharded: each rank keeps 1/" +
-                    std::to_string(parallel.world_size) +
-                    " of the parameters, gradients and AdamW state; "
-                    "resident " +
-                    planner::format_bytes(chain.resident_bytes()) +
-                    " of the budget"
-              : std::string(", gradients averaged during backward"))
+      << (options.shard ? ", sharded: each rank keeps 1/" +
+                              std::to_string(parallel.world_size) +
+                              " of the parameters, gradients and AdamW state; "
+                              "resident " +
+                              planner::format_bytes(chain.resident_bytes()) +
+                              " of the budget"
+                        : std::string(", gradients averaged during backward"))
       << "; no baseline run\n";
 }
 #endif
@@ -815,8 +814,8 @@ TrainRun measure_training(
   }
 #endif
   if (human) {
-    io.out << "executor  " << trainers.planned->executor().description()
-           << "; " << options.steps << " steps";
+    io.out << "executor  " << trainers.planned->executor().description() << "; "
+           << options.steps << " steps";
     if (with_baseline) {
       io.out << ", the first " << run.baseline_steps
              << " interleaved with a no-checkpoint copy";
@@ -937,19 +936,20 @@ void render_memory(const TrainRun& run, std::ostream& out) {
       << (run.sharded ? " max (activations + input + resident shards)"
                       : " max (activations + input)");
   if (predicted) {
-    out << ", " << against_prediction(run.peak_bytes, choice.simulation.peak_bytes);
+    out << ", "
+        << against_prediction(run.peak_bytes, choice.simulation.peak_bytes);
   }
   out << '\n';
   if (choice.budget_bytes) {
     const bool total = run.budget.is_total();
     out << "  budget          "
-        << format_bytes(total ? run.budget.budget_bytes() : *choice.budget_bytes)
+        << format_bytes(
+               total ? run.budget.budget_bytes() : *choice.budget_bytes)
         << (total ? " (whole step) " : " ")
         << (run.over_budget_steps == 0
                 ? std::string("kept on every step")
                 : "EXCEEDED on " + count(run.over_budget_steps, "step") +
-                      ", by up to " +
-                      count(run.most_over_budget_bytes, "byte"))
+                      ", by up to " + count(run.most_over_budget_bytes, "byte"))
         << '\n';
   }
   const planner::ModelState& state = run.predicted_state;

@@ -146,10 +146,9 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
                                       .classes(kClasses));
     data_ = torch::randn({kClasses, 3, flags.image, flags.image}, generator_);
     detail << flags.layers << (flags.layers == 1 ? " block" : " blocks")
-           << " per stage, channels " << flags.hidden
-           << ".." << (flags.hidden << (stages - 1)) << ", image "
-           << flags.image << ", batch " << flags.batch
-           << "; synthetic class templates";
+           << " per stage, channels " << flags.hidden << ".."
+           << (flags.hidden << (stages - 1)) << ", image " << flags.image
+           << ", batch " << flags.batch << "; synthetic class templates";
   } else {
     throw UsageError(
         "--model: expected gpt, mlp or resnet, got '" + flags.model + "'");
@@ -206,7 +205,8 @@ void LossHeadImpl::pretty_print(std::ostream& stream) const {
   stream << "remat::cli::LossHead(" << model_ << ")";
 }
 
-void set_targets(const torch::nn::Sequential& training_model, const Batch& batch) {
+void set_targets(
+    const torch::nn::Sequential& training_model, const Batch& batch) {
   auto head = std::dynamic_pointer_cast<LossHeadImpl>(
       training_model->ptr(training_model->size() - 1));
   TORCH_CHECK(
