@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "remat/planner/chain.h"
+#include "remat/planner/graph.h"
 #include "remat/planner/plan.h"
 
 namespace remat::planner {
@@ -51,6 +52,24 @@ struct Simulation {
 ///   if (!sim.valid) std::cerr << sim.error;
 // clang-format on
 Simulation simulate(const Chain& chain, const Plan& plan);
+
+/// Replays `plan` on `graph` (docs/planner.md, "Graphs"): the chain's rules
+/// with values that several stages read, held from the op that computes
+/// them until their last read. A plan valid on a chain is valid on
+/// graph_of(chain) with the same peak and time. Never throws for a bad plan.
+///
+/// Example:
+// clang-format off
+///   Simulation sim = simulate(graph, solve_store_all(graph));
+// clang-format on
+Simulation simulate(const Graph& graph, const Plan& plan);
+
+/// For an executor of `plan` on `graph`: after op k, the values x_v whose
+/// standalone copies the memory model drops (besides records, which their
+/// backward frees). Throws std::invalid_argument with simulate()'s error if
+/// the plan is not valid for the graph.
+std::vector<std::vector<int64_t>> released_values(
+    const Graph& graph, const Plan& plan);
 
 /// The simulate() state machine, one op at a time. Copyable (cheap for short
 /// chains), so a search can branch on it. A Replay refers to its chain, which

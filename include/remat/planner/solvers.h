@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "remat/planner/chain.h"
+#include "remat/planner/graph.h"
 #include "remat/planner/plan.h"
 
 namespace remat::planner {
@@ -111,5 +113,67 @@ int64_t min_feasible_budget_bytes(const Chain& chain);
 /// Throws std::invalid_argument if the chain has more than kMaxExactStages
 /// stages.
 Plan solve_min_memory(const Chain& chain);
+
+// ---- Graphs (remat/planner/graph.h) ----
+//
+// On a graph that is a chain (Graph::is_chain) the graph solvers are the
+// chain solvers above, with their guarantees. On other graphs they search
+// the plans schedule_graph() builds (each stage run in one of the ways of
+// StageMode): exhaustively when there are at most kMaxExhaustiveGraphPlans
+// of them, otherwise by a local search whose gap to the exhaustive one is
+// measured in docs/planner.md ("Graphs"). Graph budgets are exact bytes
+// (SolverOptions::memory_slots does not apply).
+
+/// How schedule_graph() runs a stage.
+enum class StageMode {
+  /// Recorded in the forward pass (kForwardRecord); its backward needs
+  /// nothing more. The fastest way.
+  kRecord,
+  /// Recorded under the stage's per-op policy (kForwardSelective). Only for
+  /// stages with a SelectiveCost.
+  kSelective,
+  /// Run without recording in the forward pass; its output is kept until
+  /// the last stage reading it has run its backward, and the stage is
+  /// recorded again (kForwardRecord) right before its own backward.
+  kCheckpoint,
+  /// Run without recording in the forward pass; its output is dropped after
+  /// the forward pass has read it, and the stage is recorded again when the
+  /// backward pass first needs its output or its record.
+  kRecompute,
+};
+
+/// The plan that runs stage i of `graph` in modes[i]: the forward pass in
+/// stage order, then each stage's backward in reverse order, each preceded
+/// by the recorded recomputations it needs (docs/planner.md, "Graphs"). The
+/// last stage is always recorded (kCheckpoint and kRecompute count as
+/// kRecord there). simulate() accepts the result.
+/// Throws std::invalid_argument unless modes has one entry per stage, and
+/// naming the stage if kSelective is given for a stage without a
+/// SelectiveCost.
+Plan schedule_graph(const Graph& graph, const std::vector<StageMode>& modes);
+
+/// The largest number of schedule_graph() plans (mode combinations) the
+/// graph solvers try one by one; above it they search locally.
+inline constexpr int64_t kMaxExhaustiveGraphPlans = 6561;  // 3^8
+
+/// Records every stage, then runs every backward.
+Plan solve_store_all(const Graph& graph);
+
+/// The fastest plan found within `budget_bytes` (see the top of this
+/// section); on a chain, solve_optimal(graph.as_chain(), ...). Returns
+/// std::nullopt exactly when budget_bytes < min_feasible_budget_bytes(graph).
+/// Throws std::invalid_argument as the chain's solve_optimal, and if
+/// budget_bytes <= 0.
+std::optional<Plan> solve_optimal(
+    const Graph& graph,
+    int64_t budget_bytes,
+    const SolverOptions& options = {});
+
+/// The least simulated peak of the plans the graph solvers search (on a
+/// chain: the chain's exact minimum); bytes, x_0 included.
+int64_t min_feasible_budget_bytes(const Graph& graph);
+
+/// A plan whose simulated peak is min_feasible_budget_bytes(graph).
+Plan solve_min_memory(const Graph& graph);
 
 }  // namespace remat::planner

@@ -1,0 +1,358 @@
+// The graph solvers: schedule_graph() and the searches over its plans.
+//
+// NOTE: [Graph plans]
+// A graph plan of this solver runs every stage once in the forward pass --
+// recorded (kRecord, kSelective) or not (kCheckpoint, kRecompute) -- and then
+// the backwards in reverse stage order. Before the backward of a stage that
+// is not recorded, the stage is recorded again; before any recorded
+// recomputation, every input it needs that is no longer held (the output of
+// a kRecompute stage whose record is gone and that no live record reads) is
+// recomputed first, recursively, recorded, so that its record serves its own
+// backward later. kCheckpoint outputs are never recomputed: the memory
+// model holds them until their last read.
+//
+// The search: the mode of each stage is one of its ways (three, four with a
+// selective cost; the last stage is always recorded). With at most
+// kMaxExhaustiveGraphPlans combinations every one is simulated. Otherwise a
+// local search runs from three starts (all recorded, all checkpointed, all
+// recomputed): first it changes, one stage at a time, the mode that lowers
+// the peak most (ties: the faster) until the plan fits the budget or no
+// change lowers the peak; then, while a change makes the plan faster and
+// still fitting, it takes the fastest such change. The fastest fitting
+// plan of the three is the answer. Every plan is costed by simulate(): one
+// definition of peak and time.
+#include "remat/planner/solvers.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "remat/planner/simulate.h"
+
+namespace remat::planner {
+namespace {
+
+/// Builds the plan of NOTE: [Graph plans] for a mode assignment.
+class ScheduleBuilder {
+ public:
+  ScheduleBuilder(const Graph& graph, const std::vector<StageMode>& modes)
+      : graph_(graph),
+        modes_(modes),
+        recorded_(static_cast<size_t>(graph.size()), 0),
+        readers_recorded_(static_cast<size_t>(graph.size() + 1), 0) {}
+
+  Plan build() {
+    const int64_t n = graph_.size();
+    for (int64_t i = 0; i < n; ++i) {
+      const StageMode mode = mode_of(i);
+      if (mode == StageMode::kRecord || mode == StageMode::kSelective) {
+        record(
+            i,
+            mode == StageMode::kSelective ? OpKind::kForwardSelective
+                                          : OpKind::kForwardRecord);
+      } else {
+        plan_.ops.push_back({OpKind::kForwardNoSave, i});
+      }
+    }
+    for (int64_t i = n - 1; i >= 0; --i) {
+      if (!recorded_[i]) {
+        recompute(i);
+      }
+      plan_.ops.push_back({OpKind::kBackward, i});
+      recorded_[i] = 0;
+      for (int64_t v : graph_.input_values(i)) {
+        --readers_recorded_[v];
+      }
+    }
+    return std::move(plan_);
+  }
+
+ private:
+  StageMode mode_of(int64_t i) const {
+    if (i == graph_.size() - 1 && modes_[i] != StageMode::kSelective) {
+      return StageMode::kRecord;
+    }
+    return modes_[i];
+  }
+
+  void record(int64_t i, OpKind kind) {
+    plan_.ops.push_back({kind, i});
+    recorded_[i] = 1;
+    for (int64_t v : graph_.input_values(i)) {
+      ++readers_recorded_[v];
+    }
+  }
+
+  // Whether x_v is held at this point of the backward pass.
+  bool held(int64_t v) const {
+    if (v == 0 || readers_recorded_[v] > 0) {
+      return true;
+    }
+    const int64_t producer = v - 1;
+    return recorded_[producer] || mode_of(producer) == StageMode::kCheckpoint;
+  }
+
+  // Records stage i again, after recomputing the inputs it lacks.
+  void recompute(int64_t i) {
+    for (int64_t v : graph_.input_values(i)) {
+      if (!held(v)) {
+        recompute(v - 1);
+      }
+    }
+    record(i, OpKind::kForwardRecord);
+  }
+
+  const Graph& graph_;
+  const std::vector<StageMode>& modes_;
+  std::vector<char> recorded_;
+  std::vector<int64_t> readers_recorded_;
+  Plan plan_;
+};
+
+/// A mode assignment with its simulated cost.
+struct Candidate {
+  std::vector<StageMode> modes;
+  int64_t peak_bytes = std::numeric_limits<int64_t>::max();
+  double time_ms = std::numeric_limits<double>::infinity();
+};
+
+/// The ways stage i may run (NOTE: [Graph plans]).
+std::vector<StageMode> ways_of(const Graph& graph, int64_t i) {
+  std::vector<StageMode> ways{StageMode::kRecord};
+  if (graph.stage(i).selective) {
+    ways.push_back(StageMode::kSelective);
+  }
+  if (i < graph.size() - 1) {
+    ways.push_back(StageMode::kCheckpoint);
+    ways.push_back(StageMode::kRecompute);
+  }
+  return ways;
+}
+
+void evaluate(const Graph& graph, Candidate& candidate) {
+  const Simulation simulation =
+      simulate(graph, schedule_graph(graph, candidate.modes));
+  if (!simulation.valid) {
+    throw std::logic_error(
+        "remat::planner: schedule_graph built an invalid plan: " +
+        simulation.error);
+  }
+  candidate.peak_bytes = simulation.peak_bytes;
+  candidate.time_ms = simulation.time_ms;
+}
+
+// Lexicographic preferences of the two searches.
+bool faster(const Candidate& a, const Candidate& b) {
+  return a.time_ms < b.time_ms ||
+         (a.time_ms == b.time_ms && a.peak_bytes < b.peak_bytes);
+}
+bool smaller(const Candidate& a, const Candidate& b) {
+  return a.peak_bytes < b.peak_bytes ||
+         (a.peak_bytes == b.peak_bytes && a.time_ms < b.time_ms);
+}
+
+/// What a search is asked: the fastest plan within budget_bytes, or (with
+/// min_memory) the plan of least peak.
+struct Goal {
+  int64_t budget_bytes = 0;
+  bool min_memory = false;
+
+  bool fits(const Candidate& c) const {
+    return min_memory || c.peak_bytes <= budget_bytes;
+  }
+  bool better(const Candidate& a, const Candidate& b) const {
+    if (min_memory) {
+      return smaller(a, b);
+    }
+    if (fits(a) != fits(b)) {
+      return fits(a);
+    }
+    return fits(a) ? faster(a, b) : smaller(a, b);
+  }
+};
+
+int64_t combinations(const Graph& graph) {
+  int64_t count = 1;
+  for (int64_t i = 0; i < graph.size(); ++i) {
+    count *= static_cast<int64_t>(ways_of(graph, i).size());
+    if (count > kMaxExhaustiveGraphPlans) {
+      return count;
+    }
+  }
+  return count;
+}
+
+Candidate search_exhaustive(const Graph& graph, const Goal& goal) {
+  const int64_t n = graph.size();
+  std::vector<std::vector<StageMode>> ways;
+  for (int64_t i = 0; i < n; ++i) {
+    ways.push_back(ways_of(graph, i));
+  }
+  std::vector<size_t> digit(static_cast<size_t>(n), 0);
+  Candidate best;
+  bool have_best = false;
+  while (true) {
+    Candidate candidate;
+    for (int64_t i = 0; i < n; ++i) {
+      candidate.modes.push_back(ways[i][digit[i]]);
+    }
+    evaluate(graph, candidate);
+    if (!have_best || goal.better(candidate, best)) {
+      best = std::move(candidate);
+      have_best = true;
+    }
+    int64_t i = 0;
+    while (i < n && ++digit[i] == ways[i].size()) {
+      digit[i++] = 0;
+    }
+    if (i == n) {
+      return best;
+    }
+  }
+}
+
+/// While `more(current)`, applies the single-stage change that `better`
+/// prefers most, if it prefers one to the current plan; returns the last
+/// plan.
+template <typename Better, typename More>
+Candidate descend(
+    const Graph& graph, Candidate current, Better better, More more) {
+  const int64_t n = graph.size();
+  while (more(current)) {
+    Candidate best = current;
+    for (int64_t i = 0; i < n; ++i) {
+      for (StageMode way : ways_of(graph, i)) {
+        if (way == current.modes[i]) {
+          continue;
+        }
+        Candidate candidate = current;
+        candidate.modes[i] = way;
+        evaluate(graph, candidate);
+        if (better(candidate, best)) {
+          best = std::move(candidate);
+        }
+      }
+    }
+    if (best.modes == current.modes) {
+      break;
+    }
+    current = std::move(best);
+  }
+  return current;
+}
+
+Candidate search_local(const Graph& graph, const Goal& goal) {
+  const int64_t n = graph.size();
+  const auto always = [](const Candidate&) { return true; };
+  Candidate best;
+  bool have_best = false;
+  for (StageMode start :
+       {StageMode::kRecord, StageMode::kCheckpoint, StageMode::kRecompute}) {
+    Candidate current;
+    current.modes.assign(static_cast<size_t>(n), start);
+    current.modes.back() = StageMode::kRecord;
+    evaluate(graph, current);
+    if (goal.min_memory) {
+      current = descend(graph, std::move(current), smaller, always);
+    } else {
+      // Lower the peak until the plan fits, then make it faster while it
+      // fits.
+      current =
+          descend(graph, std::move(current), smaller, [&](const Candidate& c) {
+            return !goal.fits(c);
+          });
+      if (goal.fits(current)) {
+        current = descend(
+            graph,
+            std::move(current),
+            [&](const Candidate& a, const Candidate& b) {
+              return goal.fits(a) && faster(a, b);
+            },
+            always);
+      }
+    }
+    if (!have_best || goal.better(current, best)) {
+      best = std::move(current);
+      have_best = true;
+    }
+  }
+  return best;
+}
+
+Candidate search(const Graph& graph, const Goal& goal) {
+  return combinations(graph) <= kMaxExhaustiveGraphPlans
+             ? search_exhaustive(graph, goal)
+             : search_local(graph, goal);
+}
+
+}  // namespace
+
+Plan schedule_graph(const Graph& graph, const std::vector<StageMode>& modes) {
+  if (static_cast<int64_t>(modes.size()) != graph.size()) {
+    throw std::invalid_argument(
+        "remat::planner::schedule_graph: expected one mode per stage (" +
+        std::to_string(graph.size()) + "), got " +
+        std::to_string(modes.size()));
+  }
+  for (int64_t i = 0; i < graph.size(); ++i) {
+    if (modes[i] == StageMode::kSelective && !graph.stage(i).selective) {
+      throw std::invalid_argument(
+          "remat::planner::schedule_graph: stage " + std::to_string(i) +
+          " is given kSelective but has no selective cost");
+    }
+  }
+  return ScheduleBuilder(graph, modes).build();
+}
+
+Plan solve_store_all(const Graph& graph) {
+  return schedule_graph(
+      graph,
+      std::vector<StageMode>(
+          static_cast<size_t>(graph.size()), StageMode::kRecord));
+}
+
+std::optional<Plan> solve_optimal(
+    const Graph& graph, int64_t budget_bytes, const SolverOptions& options) {
+  if (graph.is_chain()) {
+    return solve_optimal(graph.as_chain(), budget_bytes, options);
+  }
+  if (budget_bytes <= 0) {
+    throw std::invalid_argument(
+        "remat::planner::solve_optimal: expected budget_bytes > 0, got " +
+        std::to_string(budget_bytes));
+  }
+  Plan store_all = solve_store_all(graph);
+  if (simulate(graph, store_all).peak_bytes <= budget_bytes) {
+    return store_all;
+  }
+  const Candidate best = search(graph, Goal{budget_bytes, false});
+  if (best.peak_bytes <= budget_bytes) {
+    return schedule_graph(graph, best.modes);
+  }
+  // The search may miss a fitting plan that the least-memory search finds;
+  // keep the promise "nullopt exactly below the minimum".
+  const Candidate least = search(graph, Goal{0, true});
+  if (least.peak_bytes <= budget_bytes) {
+    return schedule_graph(graph, least.modes);
+  }
+  return std::nullopt;
+}
+
+int64_t min_feasible_budget_bytes(const Graph& graph) {
+  if (graph.is_chain()) {
+    return min_feasible_budget_bytes(graph.as_chain());
+  }
+  return search(graph, Goal{0, true}).peak_bytes;
+}
+
+Plan solve_min_memory(const Graph& graph) {
+  if (graph.is_chain()) {
+    return solve_min_memory(graph.as_chain());
+  }
+  return schedule_graph(graph, search(graph, Goal{0, true}).modes);
+}
+
+}  // namespace remat::planner

@@ -1,0 +1,411 @@
+// Graphs of stages: validation, simulate() on graphs (against hand-computed
+// peaks and against the chain model on chains), schedule_graph() and the
+// graph solvers (against an enumeration of every plan they search).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "remat/planner/graph.h"
+#include "remat/planner/simulate.h"
+#include "remat/planner/solvers.h"
+#include "test_chains.h"
+
+namespace remat::planner {
+namespace {
+using testing::random_chain;
+
+StageCost cost(int64_t output, int64_t saved, double fwd = 1, double bwd = 2) {
+  StageCost c;
+  c.forward_ms = fwd;
+  c.backward_ms = bwd;
+  c.output_bytes = output;
+  c.saved_bytes = saved;
+  return c;
+}
+
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// A U-Net-shaped graph: `levels` encoder stages (each reads the one before),
+// a bottleneck, then `levels` decoder stages, decoder level l reading the
+// stage before it and encoder stage l (nested skips), then a head.
+Graph unet_graph(std::mt19937_64& rng, int64_t levels, int64_t max_bytes) {
+  std::uniform_int_distribution<int64_t> bytes(1, max_bytes);
+  std::uniform_real_distribution<double> ms(0.1, 4.0);
+  std::bernoulli_distribution sometimes(0.3);
+  std::vector<StageCost> stages;
+  std::vector<std::vector<int64_t>> inputs;
+  auto add = [&](std::vector<int64_t> in) {
+    StageCost c = cost(bytes(rng), 0, ms(rng), ms(rng));
+    c.saved_bytes = c.output_bytes + (sometimes(rng) ? 0 : bytes(rng));
+    if (sometimes(rng)) {
+      c.forward_tmp_bytes = bytes(rng) / 2;
+    }
+    if (sometimes(rng)) {
+      c.selective = SelectiveCost{c.output_bytes, 0, 0, ms(rng) / 2};
+    }
+    stages.push_back(c);
+    inputs.push_back(std::move(in));
+    return static_cast<int64_t>(stages.size()) - 1;
+  };
+  std::vector<int64_t> encoder;
+  int64_t last = add({kGraphInput});
+  encoder.push_back(last);
+  for (int64_t l = 1; l < levels; ++l) {
+    last = add({last});
+    encoder.push_back(last);
+  }
+  last = add({last});  // bottleneck
+  for (int64_t l = levels - 1; l >= 0; --l) {
+    last = add({last, encoder[l]});
+  }
+  add({last});  // head
+  return Graph(std::move(stages), std::move(inputs), bytes(rng));
+}
+
+// A random DAG: stage i reads stage i - 1 and, sometimes, up to two random
+// earlier stages (or the input).
+Graph random_dag(
+    std::mt19937_64& rng, int64_t stages_count, int64_t max_bytes) {
+  std::uniform_int_distribution<int64_t> bytes(1, max_bytes);
+  std::uniform_real_distribution<double> ms(0.1, 4.0);
+  std::bernoulli_distribution sometimes(0.4);
+  std::vector<StageCost> stages;
+  std::vector<std::vector<int64_t>> inputs;
+  for (int64_t i = 0; i < stages_count; ++i) {
+    StageCost c = cost(bytes(rng), 0, ms(rng), ms(rng));
+    c.saved_bytes = c.output_bytes + (sometimes(rng) ? 0 : bytes(rng));
+    stages.push_back(c);
+    std::vector<int64_t> in{i - 1};
+    for (int k = 0; k < 2 && i > 0; ++k) {
+      if (sometimes(rng)) {
+        in.push_back(std::uniform_int_distribution<int64_t>(-1, i - 1)(rng));
+      }
+    }
+    inputs.push_back(in);
+  }
+  return Graph(std::move(stages), std::move(inputs), bytes(rng));
+}
+
+// Every mode assignment schedule_graph takes, simulated: written here
+// independently of the solvers' search.
+struct Enumerated {
+  int64_t min_peak = INT64_MAX;
+  // (peak, time) of every plan
+  std::vector<std::pair<int64_t, double>> costs;
+};
+
+Enumerated enumerate_modes(const Graph& graph) {
+  Enumerated result;
+  std::vector<StageMode> modes(graph.size(), StageMode::kRecord);
+  std::function<void(int64_t)> visit = [&](int64_t i) {
+    if (i == graph.size()) {
+      Simulation sim = simulate(graph, schedule_graph(graph, modes));
+      EXPECT_TRUE(sim.valid) << sim.error;
+      result.min_peak = std::min(result.min_peak, sim.peak_bytes);
+      result.costs.push_back({sim.peak_bytes, sim.time_ms});
+      return;
+    }
+    std::vector<StageMode> ways{StageMode::kRecord};
+    if (graph.stage(i).selective) {
+      ways.push_back(StageMode::kSelective);
+    }
+    if (i + 1 < graph.size()) {
+      ways.push_back(StageMode::kCheckpoint);
+      ways.push_back(StageMode::kRecompute);
+    }
+    for (StageMode way : ways) {
+      modes[i] = way;
+      visit(i + 1);
+    }
+  };
+  visit(0);
+  return result;
+}
+
+double fastest_within(const Enumerated& all, int64_t budget) {
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& [peak, time] : all.costs) {
+    if (peak <= budget) {
+      best = std::min(best, time);
+    }
+  }
+  return best;
+}
+
+TEST(Graph, RefusesBadStructureNamingTheStage) {
+  const StageCost c = cost(10, 10);
+  EXPECT_NE(
+      error_of([&] { Graph({}, {}, 4); }).find("expected at least one stage"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        Graph({c, c}, {{-1}}, 4);
+      }).find("one inputs list per stage (2), got 1"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        Graph({c, c}, {{-1}, {}}, 4);
+      }).find("stage 1 reads nothing"),
+      std::string::npos);
+  // A cycle: stage 0 reads stage 1.
+  EXPECT_NE(
+      error_of([&] {
+        Graph({c, c}, {{1}, {0}}, 4);
+      }).find("stage 0 reads 1, which is neither the graph input"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        Graph({c, c}, {{-1}, {1}}, 4);
+      }).find("stage 1 reads 1"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        Graph({c, c}, {{-1}, {-2}}, 4);
+      }).find("stage 1 reads -2"),
+      std::string::npos);
+  // Stage 0's output feeds nothing.
+  EXPECT_NE(
+      error_of([&] {
+        Graph({c, c}, {{-1}, {-1}}, 4);
+      }).find("stage 0's output is read by no stage"),
+      std::string::npos);
+  StageCost negative = cost(10, 10);
+  negative.forward_ms = -1;
+  EXPECT_NE(
+      error_of([&] {
+        Graph({negative}, {{-1}}, 4);
+      }).find("remat::planner::Graph: stage 0 forward_ms"),
+      std::string::npos);
+  // A backward transient may go down to minus the sum of its inputs'
+  // gradients (4 + 10 here), not below.
+  StageCost join = cost(10, 10);
+  join.backward_tmp_bytes = -14;
+  EXPECT_NO_THROW(Graph({c, join}, {{-1}, {-1, 0}}, 4));
+  join.backward_tmp_bytes = -15;
+  EXPECT_NE(
+      error_of([&] {
+        Graph({c, join}, {{-1}, {-1, 0}}, 4);
+      }).find("stage 1 backward_tmp_bytes: expected >= -14"),
+      std::string::npos);
+}
+
+TEST(Graph, KnowsItsReadersAndWhetherItIsAChain) {
+  const StageCost c = cost(10, 10);
+  const Graph graph({c, c, c}, {{-1}, {0}, {0, 1, 1}}, 4);
+  EXPECT_EQ(graph.consumers(0), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(graph.input_values(2), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(graph.inputs(2), (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_FALSE(graph.is_chain());
+  EXPECT_THROW(graph.as_chain(), std::invalid_argument);
+  const Graph chain({c, c}, {{-1}, {0}}, 4);
+  EXPECT_TRUE(chain.is_chain());
+  EXPECT_EQ(graph_of(chain.as_chain()), chain);
+}
+
+// Store-all on a two-level skip, by hand: x_0 = 4; stage 0 -> x_1 (10 bytes,
+// record 16), stage 1 -> x_2 (20, record 20), stage 2 reads x_1 and x_2 ->
+// x_3 (5, record 7).
+TEST(GraphSimulate, StoreAllPeakByHand) {
+  const Graph graph(
+      {cost(10, 16), cost(20, 20), cost(5, 7)}, {{-1}, {0}, {0, 1}}, 4);
+  const Simulation sim = simulate(graph, solve_store_all(graph));
+  ASSERT_TRUE(sim.valid) << sim.error;
+  EXPECT_EQ(solve_store_all(graph).to_string(), "R0 R1 R2 B2 B1 B0");
+  // Forward: 4 + 16 + 20 + 7 = 47.
+  // B2: + g_3 (5) = 52, produces g_1 (10) and g_2 (20): peak 82; after:
+  //   52 + 30 - 5 - 7 = 70.
+  // B1: produces g_1 again (10, accumulated): peak 80; after: frees g_2 and
+  //   R_1: 70 - 20 - 20 = 30.
+  // B0: produces g_0 (4): peak 34; after 30 + 4 - 10 - 16 = 8 (x_0, g_0).
+  EXPECT_EQ(
+      sim.live_after_bytes, (std::vector<int64_t>{20, 40, 47, 70, 30, 8}));
+  EXPECT_EQ(sim.op_peak_bytes, (std::vector<int64_t>{20, 40, 47, 82, 80, 34}));
+  EXPECT_EQ(sim.peak_bytes, 82);
+  EXPECT_DOUBLE_EQ(sim.time_ms, 9);
+}
+
+// A dropped skip is held from its computation to its last read, and
+// recomputing it while a record still reads it is refused.
+TEST(GraphSimulate, ValuesLiveUntilTheirLastRead) {
+  const Graph graph(
+      {cost(10, 16), cost(20, 20), cost(5, 7)}, {{-1}, {0}, {0, 1}}, 4);
+  // x_1 computed by N0, read by R1 and R2, then recomputed by R0.
+  Simulation sim = simulate(graph, plan_from_string("N0 R1 R2 B2 B1 R0 B0"));
+  ASSERT_TRUE(sim.valid) << sim.error;
+  // N0: 4 + 10; R1: 34; R2: 41; B2: 41 + 5 + 30 = 76, after 41+5+30-5-7=64;
+  // B1: peak 74, after 64 - 20 - 20 = 24, and x_1's last read: 14;
+  // R0: 14 + 16 = 30; B0: 34, after 30 + 4 - 10 - 16 = 8.
+  EXPECT_EQ(
+      sim.live_after_bytes, (std::vector<int64_t>{14, 34, 41, 64, 14, 30, 8}));
+  EXPECT_EQ(sim.peak_bytes, 76);
+  // R0 while R2 and R1 (which read x_1) are alive.
+  sim = simulate(graph, plan_from_string("N0 R1 R2 R0 B2 B1 B0"));
+  EXPECT_FALSE(sim.valid);
+  EXPECT_EQ(
+      sim.error,
+      "op 3 (R0): forward of stage 0 would compute x_1, which is already held");
+  sim = simulate(graph, plan_from_string("R0 R1 N2 B2 B1 B0"));
+  EXPECT_FALSE(sim.valid);
+  EXPECT_NE(
+      sim.error.find("last stage 2 must be kForwardRecord"), std::string::npos);
+  sim = simulate(graph, plan_from_string("R0 R1 R2 B1"));
+  EXPECT_NE(
+      sim.error.find("out of order, expected the backward of stage 2"),
+      std::string::npos);
+  EXPECT_EQ(
+      released_values(graph, plan_from_string("N0 R1 R2 B2 B1 R0 B0"))[4],
+      (std::vector<int64_t>{1}));
+}
+
+// On a chain, the graph model is the chain model: every plan of every chain
+// solver costs the same op by op.
+TEST(GraphSimulate, OnAChainEqualsTheChainModel) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const Chain chain = random_chain(rng, 8, 100, true, trial % 2 == 0);
+    const Graph graph = graph_of(chain);
+    std::vector<Plan> plans{
+        solve_store_all(chain),
+        solve_sqrt(chain),
+        solve_uniform(chain, 2),
+        solve_min_memory(chain)};
+    const int64_t least = min_feasible_budget_bytes(chain);
+    const int64_t most = simulate(chain, solve_store_all(chain)).peak_bytes;
+    for (int64_t budget : {least, (least + most) / 2}) {
+      if (auto plan = solve_optimal(chain, budget)) {
+        plans.push_back(*plan);
+      }
+    }
+    for (const Plan& plan : plans) {
+      const Simulation expected = simulate(chain, plan);
+      const Simulation got = simulate(graph, plan);
+      ASSERT_TRUE(expected.valid);
+      ASSERT_TRUE(got.valid) << plan.to_string() << ": " << got.error;
+      EXPECT_EQ(got.live_after_bytes, expected.live_after_bytes)
+          << plan.to_string();
+      EXPECT_EQ(got.op_peak_bytes, expected.op_peak_bytes) << plan.to_string();
+      EXPECT_DOUBLE_EQ(got.time_ms, expected.time_ms);
+    }
+  }
+}
+
+TEST(GraphSolvers, OnAChainAreTheChainSolvers) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 50; ++trial) {
+    const Chain chain = random_chain(rng, 8, 100);
+    const Graph graph = graph_of(chain);
+    EXPECT_EQ(
+        min_feasible_budget_bytes(graph), min_feasible_budget_bytes(chain));
+    const int64_t budget = min_feasible_budget_bytes(chain) + 20;
+    EXPECT_EQ(solve_optimal(graph, budget), solve_optimal(chain, budget));
+  }
+}
+
+// Every schedule_graph plan is valid, and the solvers find the fastest plan
+// within every budget (and the least peak) among all of them: U-Net shapes
+// (nested skips) and random DAGs small enough for the exhaustive search.
+TEST(GraphSolvers, EqualTheEnumerationOfTheirPlansOnSmallGraphs) {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 60; ++trial) {
+    const Graph graph = trial % 2 == 0 ? unet_graph(rng, 1 + trial % 2, 100)
+                                       : random_dag(rng, 3 + trial % 5, 100);
+    const Enumerated all = enumerate_modes(graph);
+    if (graph.is_chain()) {  // the chain solvers: rotor's wider plan class
+      EXPECT_LE(min_feasible_budget_bytes(graph), all.min_peak);
+      continue;
+    }
+    ASSERT_LE(static_cast<int64_t>(all.costs.size()), kMaxExhaustiveGraphPlans);
+    EXPECT_EQ(min_feasible_budget_bytes(graph), all.min_peak)
+        << "trial " << trial << " chain " << graph.is_chain() << " "
+        << solve_min_memory(graph).to_string();
+    EXPECT_EQ(
+        simulate(graph, solve_min_memory(graph)).peak_bytes, all.min_peak);
+    const int64_t most = simulate(graph, solve_store_all(graph)).peak_bytes;
+    EXPECT_FALSE(solve_optimal(graph, all.min_peak - 1).has_value());
+    for (int step = 0; step <= 8; ++step) {
+      const int64_t budget = all.min_peak + (most - all.min_peak) * step / 8;
+      const std::optional<Plan> plan = solve_optimal(graph, budget);
+      ASSERT_TRUE(plan.has_value()) << budget;
+      const Simulation sim = simulate(graph, *plan);
+      ASSERT_TRUE(sim.valid) << sim.error;
+      EXPECT_LE(sim.peak_bytes, budget);
+      EXPECT_DOUBLE_EQ(sim.time_ms, fastest_within(all, budget))
+          << "trial " << trial << " budget " << budget;
+    }
+  }
+}
+
+// Above the exhaustive limit the local search answers: its plans are valid
+// and within budget; its gap to the enumeration is measured (printed, and
+// bounded loosely so that a broken search fails).
+TEST(GraphSolvers, LocalSearchStaysCloseToTheEnumeration) {
+  std::mt19937_64 rng(5);
+  double worst_gap = 0;
+  double gap_sum = 0;
+  int count = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const Graph graph = trial % 2 == 0 ? unet_graph(rng, 4, 100)  // 10 stages
+                                       : random_dag(rng, 10, 100);
+    const Enumerated all = enumerate_modes(graph);
+    const int64_t least = min_feasible_budget_bytes(graph);
+    EXPECT_GE(least, all.min_peak);
+    const int64_t most = simulate(graph, solve_store_all(graph)).peak_bytes;
+    for (int step = 0; step <= 4; ++step) {
+      const int64_t budget = least + (most - least) * step / 4;
+      const std::optional<Plan> plan = solve_optimal(graph, budget);
+      ASSERT_TRUE(plan.has_value());
+      const Simulation sim = simulate(graph, *plan);
+      ASSERT_TRUE(sim.valid) << sim.error;
+      EXPECT_LE(sim.peak_bytes, budget);
+      const double best = fastest_within(all, budget);
+      const double gap = sim.time_ms / best - 1;
+      EXPECT_GE(gap, -1e-12);
+      worst_gap = std::max(worst_gap, gap);
+      gap_sum += gap;
+      ++count;
+    }
+  }
+  std::printf(
+      "graph local search vs enumeration: mean time gap %.2f %%, worst %.2f "
+      "%% (%d budgets)\n",
+      100 * gap_sum / count,
+      100 * worst_gap,
+      count);
+  EXPECT_LT(worst_gap, 0.5);
+}
+
+TEST(GraphSolvers, ScheduleGraphRefusesBadModes) {
+  const Graph graph({cost(10, 16), cost(20, 20)}, {{-1}, {0}}, 4);
+  EXPECT_NE(
+      error_of([&] {
+        schedule_graph(graph, {StageMode::kRecord});
+      }).find("one mode per stage (2), got 1"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        schedule_graph(graph, {StageMode::kSelective, StageMode::kRecord});
+      }).find("stage 0 is given kSelective but has no selective cost"),
+      std::string::npos);
+  EXPECT_EQ(
+      schedule_graph(graph, {StageMode::kCheckpoint, StageMode::kRecord})
+          .to_string(),
+      "N0 R1 B1 R0 B0");
+}
+
+}  // namespace
+}  // namespace remat::planner
