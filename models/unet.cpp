@@ -1,0 +1,397 @@
+// unet.cpp — U-Net blocks, the U-Net and its graph stages (see unet.h).
+//
+// NOTE: [One computation, two drivers]
+// UNetImpl::forward and the stages of UNetImpl::stages() call the same child
+// modules with the same tensors in the same order (including the input
+// check and every Dropout draw), so that running the stages plainly equals
+// forward bitwise. A change to one must be made to the other; the
+// StagesEqualForward tests of tests/unet_test.cpp hold them together.
+#include <models/unet.h>
+
+#include <utility>
+
+namespace remat::models {
+namespace {
+
+void check_dims(const char* where, int64_t dims) {
+  TORCH_CHECK(
+      dims == 2 || dims == 3, where, ": expected dims 2 or 3, got ", dims);
+}
+
+void check_dropout(const char* where, double dropout) {
+  TORCH_CHECK(
+      dropout >= 0.0 && dropout < 1.0,
+      where,
+      ": expected dropout in [0, 1), got ",
+      dropout);
+}
+
+void check_block_options(const char* where, const UNetBlockOptions& options) {
+  check_dims(where, options.dims());
+  TORCH_CHECK(
+      options.in_channels() > 0 && options.out_channels() > 0,
+      where,
+      ": expected positive channels, got ",
+      options.in_channels(),
+      " -> ",
+      options.out_channels());
+  if (options.norm() == UNetNorm::kGroup) {
+    TORCH_CHECK(
+        options.norm_groups() > 0 &&
+            options.out_channels() % options.norm_groups() == 0,
+        where,
+        ": expected norm_groups dividing out_channels ",
+        options.out_channels(),
+        ", got ",
+        options.norm_groups());
+  }
+  check_dropout(where, options.dropout());
+}
+
+void check_unet_options(const UNetOptions& options) {
+  const char* where = "remat::models::UNet";
+  check_dims(where, options.dims());
+  TORCH_CHECK(
+      options.levels() >= 1,
+      where,
+      ": expected levels >= 1, got ",
+      options.levels());
+  // 2^levels channels and sizes must stay far inside int64_t.
+  TORCH_CHECK(
+      options.levels() <= 24,
+      where,
+      ": expected levels <= 24, got ",
+      options.levels());
+  TORCH_CHECK(
+      options.in_channels() >= 1,
+      where,
+      ": expected in_channels >= 1, got ",
+      options.in_channels());
+  TORCH_CHECK(
+      options.classes() >= 1,
+      where,
+      ": expected classes >= 1, got ",
+      options.classes());
+  TORCH_CHECK(
+      options.base_width() >= 1,
+      where,
+      ": expected base_width >= 1, got ",
+      options.base_width());
+  TORCH_CHECK(
+      options.norm_groups() >= 1,
+      where,
+      ": expected norm_groups >= 1, got ",
+      options.norm_groups());
+  if (options.norm() == UNetNorm::kGroup) {
+    TORCH_CHECK(
+        options.base_width() % options.norm_groups() == 0,
+        where,
+        ": expected norm_groups dividing base_width ",
+        options.base_width(),
+        ", got ",
+        options.norm_groups());
+  }
+  check_dropout(where, options.dropout());
+}
+
+/// forward()'s input contract: [N, in_channels, *spatial], each spatial
+/// size a positive multiple of 2^levels.
+void check_unet_input(const UNetOptions& options, const torch::Tensor& input) {
+  const char* where = "remat::models::UNet";
+  TORCH_CHECK(input.defined(), where, ": expected an input, got none");
+  TORCH_CHECK(
+      input.dim() == options.dims() + 2 &&
+          input.size(1) == options.in_channels(),
+      where,
+      ": expected input [N, ",
+      options.in_channels(),
+      options.dims() == 2 ? ", H, W]" : ", D, H, W]",
+      ", got ",
+      input.sizes());
+  const int64_t multiple = int64_t{1} << options.levels();
+  for (int64_t dim = 2; dim < input.dim(); ++dim) {
+    TORCH_CHECK(
+        input.size(dim) > 0 && input.size(dim) % multiple == 0,
+        where,
+        ": expected every spatial size divisible by 2^levels = ",
+        multiple,
+        " (levels ",
+        options.levels(),
+        "), got size ",
+        input.size(dim),
+        " in dimension ",
+        dim,
+        " of input ",
+        input.sizes());
+  }
+}
+
+torch::nn::AnyModule conv(
+    int64_t dims,
+    int64_t in_channels,
+    int64_t out_channels,
+    int64_t kernel,
+    bool bias) {
+  if (dims == 2) {
+    return torch::nn::AnyModule(torch::nn::Conv2d(
+        torch::nn::Conv2dOptions(in_channels, out_channels, kernel)
+            .padding(kernel / 2)
+            .bias(bias)));
+  }
+  return torch::nn::AnyModule(torch::nn::Conv3d(
+      torch::nn::Conv3dOptions(in_channels, out_channels, kernel)
+          .padding(kernel / 2)
+          .bias(bias)));
+}
+
+}  // namespace
+
+UNetNorm parse_unet_norm(const std::string& text) {
+  if (text == "batch") {
+    return UNetNorm::kBatch;
+  }
+  if (text == "group") {
+    return UNetNorm::kGroup;
+  }
+  TORCH_CHECK(
+      text == "none",
+      "remat::models::parse_unet_norm: expected batch, group or none, got '",
+      text,
+      "'");
+  return UNetNorm::kNone;
+}
+
+std::string to_string(UNetNorm norm) {
+  switch (norm) {
+    case UNetNorm::kBatch:
+      return "batch";
+    case UNetNorm::kGroup:
+      return "group";
+    case UNetNorm::kNone:
+      return "none";
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown UNetNorm ", static_cast<int>(norm));
+}
+
+// ---- UNetBlock
+// -----------------------------------------------------------------
+
+UNetBlockImpl::UNetBlockImpl(const UNetBlockOptions& options_)
+    : options(options_) {
+  reset();
+}
+
+void UNetBlockImpl::reset() {
+  check_block_options("remat::models::UNetBlock", options);
+  const int64_t dims = options.dims();
+  const int64_t width = options.out_channels();
+  const bool has_norm = options.norm() != UNetNorm::kNone;
+  torch::nn::Sequential sequence;
+  int64_t in_channels = options.in_channels();
+  for (int round = 0; round < 2; ++round) {
+    sequence->push_back(conv(dims, in_channels, width, 3, !has_norm));
+    switch (options.norm()) {
+      case UNetNorm::kBatch:
+        if (dims == 2) {
+          sequence->push_back(torch::nn::BatchNorm2d(width));
+        } else {
+          sequence->push_back(torch::nn::BatchNorm3d(width));
+        }
+        break;
+      case UNetNorm::kGroup:
+        sequence->push_back(torch::nn::GroupNorm(
+            torch::nn::GroupNormOptions(options.norm_groups(), width)));
+        break;
+      case UNetNorm::kNone:
+        break;
+    }
+    sequence->push_back(torch::nn::ReLU());
+    if (options.dropout() > 0.0) {
+      sequence->push_back(torch::nn::Dropout(options.dropout()));
+    }
+    in_channels = width;
+  }
+  layers = register_module("layers", sequence);
+}
+
+void UNetBlockImpl::pretty_print(std::ostream& stream) const {
+  stream << "remat::models::UNetBlock(" << options.dims() << "d, "
+         << options.in_channels() << " -> " << options.out_channels()
+         << ", norm=" << to_string(options.norm())
+         << ", dropout=" << options.dropout() << ")";
+}
+
+torch::Tensor UNetBlockImpl::forward(const torch::Tensor& input) {
+  return layers->forward(input);
+}
+
+// ---- UNetDecoderBlock
+// ----------------------------------------------------------
+
+UNetDecoderBlockImpl::UNetDecoderBlockImpl(const UNetBlockOptions& options_)
+    : options(options_) {
+  reset();
+}
+
+void UNetDecoderBlockImpl::reset() {
+  check_block_options("remat::models::UNetDecoderBlock", options);
+  const int64_t in_channels = options.in_channels();
+  const int64_t width = options.out_channels();
+  if (options.dims() == 2) {
+    up = torch::nn::AnyModule(torch::nn::ConvTranspose2d(
+        torch::nn::ConvTranspose2dOptions(in_channels, width, 2).stride(2)));
+  } else {
+    up = torch::nn::AnyModule(torch::nn::ConvTranspose3d(
+        torch::nn::ConvTranspose3dOptions(in_channels, width, 2).stride(2)));
+  }
+  register_module("up", up.ptr());
+  UNetBlockOptions block_options = options;
+  block_options.in_channels(2 * width);
+  block = register_module("block", UNetBlock(block_options));
+}
+
+void UNetDecoderBlockImpl::pretty_print(std::ostream& stream) const {
+  stream << "remat::models::UNetDecoderBlock(" << options.dims() << "d, "
+         << options.in_channels() << " -> " << options.out_channels() << ")";
+}
+
+torch::Tensor UNetDecoderBlockImpl::forward(
+    const torch::Tensor& below, const torch::Tensor& skip) {
+  auto upsampled = up.forward<torch::Tensor>(below);
+  TORCH_CHECK(
+      skip.dim() == upsampled.dim() && skip.sizes() == upsampled.sizes(),
+      "remat::models::UNetDecoderBlock: expected a skip of the upsampled "
+      "shape ",
+      upsampled.sizes(),
+      ", got ",
+      skip.sizes());
+  return block->forward(torch::cat({skip, upsampled}, 1));
+}
+
+// ---- UNet
+// ----------------------------------------------------------------------
+
+UNetImpl::UNetImpl(const UNetOptions& options_) : options(options_) {
+  reset();
+}
+
+void UNetImpl::reset() {
+  check_unet_options(options);
+  const int64_t dims = options.dims();
+  const int64_t levels = options.levels();
+  auto block_options = [&](int64_t in_channels, int64_t out_channels) {
+    return UNetBlockOptions(dims, in_channels, out_channels)
+        .norm(options.norm())
+        .norm_groups(options.norm_groups())
+        .dropout(options.dropout());
+  };
+  auto width_at = [&](int64_t level) { return options.base_width() << level; };
+  encoder.clear();
+  pools.clear();
+  decoder.assign(static_cast<size_t>(levels), UNetDecoderBlock(nullptr));
+  int64_t in_channels = options.in_channels();
+  for (int64_t level = 0; level < levels; ++level) {
+    const std::string suffix = std::to_string(level);
+    encoder.push_back(register_module(
+        "encoder" + suffix,
+        UNetBlock(block_options(in_channels, width_at(level)))));
+    if (dims == 2) {
+      pools.emplace_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2)));
+    } else {
+      pools.emplace_back(torch::nn::MaxPool3d(torch::nn::MaxPool3dOptions(2)));
+    }
+    register_module("pool" + suffix, pools.back().ptr());
+    in_channels = width_at(level);
+  }
+  bottleneck = register_module(
+      "bottleneck", UNetBlock(block_options(in_channels, width_at(levels))));
+  for (int64_t level = levels - 1; level >= 0; --level) {
+    decoder[static_cast<size_t>(level)] = register_module(
+        "decoder" + std::to_string(level),
+        UNetDecoderBlock(block_options(width_at(level + 1), width_at(level))));
+  }
+  head = conv(dims, options.base_width(), options.classes(), 1, true);
+  register_module("head", head.ptr());
+}
+
+void UNetImpl::pretty_print(std::ostream& stream) const {
+  stream << "remat::models::UNet(dims=" << options.dims()
+         << ", in_channels=" << options.in_channels()
+         << ", classes=" << options.classes() << ", levels=" << options.levels()
+         << ", base_width=" << options.base_width()
+         << ", norm=" << to_string(options.norm())
+         << ", dropout=" << options.dropout() << ")";
+}
+
+// See NOTE: [One computation, two drivers].
+torch::Tensor UNetImpl::forward(const torch::Tensor& input) {
+  check_unet_input(options, input);
+  std::vector<torch::Tensor> skips;
+  torch::Tensor activation = input;
+  for (size_t level = 0; level < encoder.size(); ++level) {
+    activation = encoder[level]->forward(activation);
+    skips.push_back(activation);
+    activation = pools[level].forward<torch::Tensor>(activation);
+  }
+  activation = bottleneck->forward(activation);
+  for (size_t level = decoder.size(); level-- > 0;) {
+    activation = decoder[level]->forward(activation, skips[level]);
+  }
+  return head.forward<torch::Tensor>(activation);
+}
+
+// See NOTE: [One computation, two drivers].
+std::vector<remat::GraphStage> UNetImpl::stages() const {
+  using Inputs = std::vector<torch::Tensor>;
+  std::vector<remat::GraphStage> graph;
+  std::vector<int> encoder_stage;
+  for (size_t level = 0; level < encoder.size(); ++level) {
+    std::shared_ptr<UNetBlockImpl> block = encoder[level].ptr();
+    if (level == 0) {
+      graph.push_back(
+          {[block, checked = options](const Inputs& in) {
+             check_unet_input(checked, in.at(0));
+             return block->forward(in.at(0));
+           },
+           block,
+           {remat::kGraphInput}});
+    } else {
+      graph.push_back(
+          {[block](const Inputs& in) { return block->forward(in.at(0)); },
+           block,
+           {static_cast<int>(graph.size()) - 1}});
+    }
+    encoder_stage.push_back(static_cast<int>(graph.size()) - 1);
+    torch::nn::AnyModule pool = pools[level];
+    graph.push_back(
+        {[pool](const Inputs& in) mutable {
+           return pool.forward<torch::Tensor>(in.at(0));
+         },
+         pool.ptr(),
+         {static_cast<int>(graph.size()) - 1}});
+  }
+  std::shared_ptr<UNetBlockImpl> middle = bottleneck.ptr();
+  graph.push_back(
+      {[middle](const Inputs& in) { return middle->forward(in.at(0)); },
+       middle,
+       {static_cast<int>(graph.size()) - 1}});
+  for (size_t level = decoder.size(); level-- > 0;) {
+    std::shared_ptr<UNetDecoderBlockImpl> block = decoder[level].ptr();
+    graph.push_back(
+        {[block](const Inputs& in) {
+           return block->forward(in.at(0), in.at(1));
+         },
+         block,
+         {static_cast<int>(graph.size()) - 1, encoder_stage[level]}});
+  }
+  torch::nn::AnyModule logits = head;
+  graph.push_back(
+      {[logits](const Inputs& in) mutable {
+         return logits.forward<torch::Tensor>(in.at(0));
+       },
+       logits.ptr(),
+       {static_cast<int>(graph.size()) - 1}});
+  return graph;
+}
+
+}  // namespace remat::models
