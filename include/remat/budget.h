@@ -22,6 +22,7 @@
 #include <string>
 
 #include "remat/planner/chain.h"
+#include "remat/planner/graph.h"
 
 namespace remat {
 
@@ -94,6 +95,10 @@ struct Budget {
   /// chain.model_state().total_bytes(). Throws c10::Error, naming both, if
   /// a total is not above the model state.
   int64_t resolve_bytes(const planner::Chain& chain) const;
+  /// The same for a graph (remat/planner/graph.h): the store-all peak is
+  /// planner::simulate(graph, planner::solve_store_all(graph)); a graph has
+  /// no resident bytes.
+  int64_t resolve_bytes(const planner::Graph& graph) const;
   /// "none", "50% of the store-all peak", "512 MiB (536870912 bytes)" or
   /// "total 16.0 GiB (17179869184 bytes) with the model state".
   std::string to_string() const;

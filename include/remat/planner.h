@@ -7,6 +7,7 @@
 
 #include "remat/planner/chain.h"
 #include "remat/planner/explain.h"
+#include "remat/planner/graph.h"
 #include "remat/planner/json.h"
 #include "remat/planner/plan.h"
 #include "remat/planner/simulate.h"

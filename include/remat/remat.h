@@ -11,6 +11,8 @@
 // remat/stage.h               Stage (one block of any chain), stages_of
 // remat/planned_chain.h       PlannedChain, auto_checkpoint, plan_within
 // remat/planned_sequential.h  PlannedSequential, auto_checkpoint
+// remat/graph.h               GraphStage, profile_graph, PlannedGraph,
+//                             auto_checkpoint and plan_within on graphs
 // remat/fit.h                 fit_batch, fit_size (largest size under a cap)
 // remat/budget.h              Budget (bytes, a percentage, or none)
 // remat/planner.h             the torch-free planner (remat::planner)
@@ -24,6 +26,7 @@
 #include "remat/compress.h"
 #include "remat/config.h"
 #include "remat/fit.h"
+#include "remat/graph.h"
 #include "remat/memory_meter.h"
 #include "remat/offload.h"
 #include "remat/planned_chain.h"

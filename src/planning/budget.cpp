@@ -229,40 +229,63 @@ Budget Budget::parse(const std::string& text) {
   return parse_amount(text, trimmed);
 }
 
-int64_t Budget::resolve_bytes(const planner::Chain& chain) const {
-  if (kind_ == Kind::kBytes) {
-    return bytes_;
-  }
-  if (kind_ == Kind::kTotal) {
-    const planner::ModelState& state = chain.model_state();
-    TORCH_CHECK(
-        bytes_ > state.total_bytes(),
-        "remat::Budget: the budget ",
-        to_string(),
-        " leaves nothing for activations: the model state alone is ",
-        planner::format_bytes(state.total_bytes()),
-        " (parameters ",
-        planner::format_bytes(state.parameter_bytes),
-        ", gradients ",
-        planner::format_bytes(state.gradient_bytes),
-        ", optimizer state ",
-        planner::format_bytes(state.optimizer_bytes),
-        ")");
-    return bytes_ - state.total_bytes();
-  }
-  const int64_t store_all_peak =
-      planner::simulate(chain, planner::solve_store_all(chain)).peak_bytes;
-  if (kind_ == Kind::kNone) {
-    return store_all_peak;
+namespace {
+
+// What a budget resolves to on a model (a chain or a graph) with this model
+// state, these resident bytes and this store-all peak (see the header).
+int64_t resolve(
+    const Budget& budget,
+    const planner::ModelState& state,
+    int64_t resident,
+    int64_t store_all_peak) {
+  switch (budget.kind()) {
+    case Budget::Kind::kBytes:
+      return budget.budget_bytes();
+    case Budget::Kind::kTotal:
+      TORCH_CHECK(
+          budget.budget_bytes() > state.total_bytes(),
+          "remat::Budget: the budget ",
+          budget.to_string(),
+          " leaves nothing for activations: the model state alone is ",
+          planner::format_bytes(state.total_bytes()),
+          " (parameters ",
+          planner::format_bytes(state.parameter_bytes),
+          ", gradients ",
+          planner::format_bytes(state.gradient_bytes),
+          ", optimizer state ",
+          planner::format_bytes(state.optimizer_bytes),
+          ")");
+      return budget.budget_bytes() - state.total_bytes();
+    case Budget::Kind::kNone:
+      return store_all_peak;
+    case Budget::Kind::kFraction:
+      break;
   }
   // A fraction of what plans can change: the resident bytes are in every
   // plan's peak, so they are not scaled.
-  const int64_t resident = chain.resident_bytes();
   return std::max<int64_t>(
       1,
-      resident +
-          static_cast<int64_t>(std::floor(
-              fraction_ * static_cast<double>(store_all_peak - resident))));
+      resident + static_cast<int64_t>(std::floor(
+                     budget.budget_fraction() *
+                     static_cast<double>(store_all_peak - resident))));
+}
+
+}  // namespace
+
+int64_t Budget::resolve_bytes(const planner::Chain& chain) const {
+  return resolve(
+      *this,
+      chain.model_state(),
+      chain.resident_bytes(),
+      planner::simulate(chain, planner::solve_store_all(chain)).peak_bytes);
+}
+
+int64_t Budget::resolve_bytes(const planner::Graph& graph) const {
+  return resolve(
+      *this,
+      graph.model_state(),
+      /*resident=*/0,
+      planner::simulate(graph, planner::solve_store_all(graph)).peak_bytes);
 }
 
 std::string Budget::to_string() const {

@@ -54,8 +54,8 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
-#include "compat/compat.h"
 #include "checkpoint/recompute_context.h"
+#include "compat/compat.h"
 #include "remat/checkpoint.h"
 #include "remat/planner/simulate.h"
 
@@ -71,7 +71,7 @@ struct StageRecord {
 };
 
 /// The state of one execution of a plan: one per forward() call.
-class PlanExecution {
+class PlanExecution : public BackwardPhase {
  public:
   PlanExecution(
       std::shared_ptr<const std::vector<Stage>> stages,
@@ -105,7 +105,7 @@ class PlanExecution {
   }
 
   /// Runs the remaining ops with `grad_output` as g_L; returns g_0.
-  torch::Tensor run_backward_phase(torch::Tensor grad_output) {
+  torch::Tensor run_backward_phase(torch::Tensor grad_output) override {
     grad_ = std::move(grad_output);
     while (next_op_ < plan_.ops.size()) {
       run_op(plan_.ops[next_op_++]);
@@ -171,10 +171,10 @@ class PlanExecution {
   torch::Tensor call_stage(int64_t i, const torch::Tensor& input, OpKind kind) {
     const Stage& stage = (*stages_)[i];
     if (kind == OpKind::kForwardRecord) {
-      return record_stage(stage, i, input, Policy{});
+      return record_stage(call_of(stage), i, {input}, Policy{});
     }
     if (kind == OpKind::kForwardSelective) {
-      return record_stage(stage, i, input, selective_policy_);
+      return record_stage(call_of(stage), i, {input}, selective_policy_);
     }
     c10::NoGradGuard no_grad;
     UncachedAutocast uncached;  // a cast cached here has no history
@@ -230,38 +230,40 @@ class GradientRoot : public torch::autograd::Node {
 /// The grad_fn of a planned forward's output: runs the backward phase.
 class PlanBackward : public torch::autograd::Node {
  public:
-  explicit PlanBackward(std::shared_ptr<PlanExecution> execution)
-      : execution_(std::move(execution)) {}
+  PlanBackward(std::shared_ptr<BackwardPhase> phase, const char* who)
+      : phase_(std::move(phase)), who_(who) {}
 
   torch::autograd::variable_list apply(
       torch::autograd::variable_list&& grads) override {
     TORCH_CHECK(
         torch::autograd::Engine::get_default_engine().is_checkpoint_valid(),
-        "remat::PlannedChain: backward accumulates parameter gradients "
-        "itself, so torch::autograd::grad and backward(inputs=...) are not "
-        "supported; call backward() on a loss");
+        who_,
+        ": backward accumulates parameter gradients itself, so "
+        "torch::autograd::grad and backward(inputs=...) are not supported; "
+        "call backward() on a loss");
     TORCH_CHECK(
-        execution_ != nullptr,
-        "remat::PlannedChain: expected one backward per forward, got a "
-        "second backward through the same forward (retain_graph is not "
-        "supported)");
-    std::shared_ptr<PlanExecution> execution = std::move(execution_);
+        phase_ != nullptr,
+        who_,
+        ": expected one backward per forward, got a second backward through "
+        "the same forward (retain_graph is not supported)");
+    std::shared_ptr<BackwardPhase> phase = std::move(phase_);
     // Take g_L out of the engine's list so that it can be freed mid-way.
     torch::Tensor grad_output = std::move(grads.at(0));
     grads.clear();
-    return {execution->run_backward_phase(std::move(grad_output))};
+    return {phase->run_backward_phase(std::move(grad_output))};
   }
 
   std::string name() const override {
-    return "remat::PlannedChainBackward";
+    return std::string(who_) + "Backward";
   }
 
   void release_variables() override {
-    execution_.reset();
+    phase_.reset();
   }
 
  private:
-  std::shared_ptr<PlanExecution> execution_;
+  std::shared_ptr<BackwardPhase> phase_;
+  const char* who_;
 };
 
 }  // namespace
@@ -298,23 +300,34 @@ planner::Chain unit_chain(int64_t stages) {
       /*input_bytes=*/1);
 }
 
+StageCall call_of(const Stage& stage) {
+  return StageCall{
+      [forward = stage.forward](const std::vector<torch::Tensor>& inputs) {
+        return forward(inputs.at(0));
+      },
+      stage.module};
+}
+
 torch::Tensor record_stage(
-    const Stage& stage,
+    const StageCall& call,
     int64_t index,
-    const torch::Tensor& leaf,
+    const std::vector<torch::Tensor>& leaves,
     const Policy& policy) {
   c10::AutoGradMode grad_mode(true);
   if (!policy) {
-    return stage_output(stage.forward(leaf), index);
+    return stage_output(call.forward(leaves), index);
   }
   CheckpointOptions options;
   options.policy(policy);
-  if (stage.module) {
-    options.preserve_buffers_of({stage.module});
+  if (call.module) {
+    options.preserve_buffers_of({call.module});
   }
-  // The region checks that the output is defined; undefined, it never
-  // returns.
-  return stage_output(checkpoint(stage.forward, leaf, options), index);
+  // The region keeps its function for the recomputation: a copy of `call`.
+  // It checks that the output is defined; undefined, it never returns.
+  const auto region = [call](const torch::autograd::variable_list& in) {
+    return torch::autograd::variable_list{call.forward(in)};
+  };
+  return stage_output(checkpoint(region, leaves, options).at(0), index);
 }
 
 // NOTE: [A stage output that is a view]
@@ -341,6 +354,25 @@ torch::Tensor stage_output(torch::Tensor output, int64_t index) {
   return output;
 }
 
+torch::Tensor attach_backward_phase(
+    torch::Tensor inner_output,
+    const torch::Tensor& input,
+    std::shared_ptr<BackwardPhase> phase,
+    const char* who) {
+  TORCH_CHECK(
+      inner_output.is_floating_point() || inner_output.is_complex(),
+      "remat: expected a floating-point output to train through, got ",
+      inner_output.scalar_type());
+  // A fresh tensor sharing the output's storage, so that the stage graph of
+  // the inner output stays intact for the backward of the last stage.
+  torch::Tensor output = inner_output.variable_data();
+  inner_output = torch::Tensor();
+  compat::NodePtr node = compat::make_node<PlanBackward>(std::move(phase), who);
+  node->set_next_edges(torch::autograd::collect_next_edges(input));
+  torch::autograd::set_history(output, node);
+  return output;
+}
+
 torch::Tensor run_plan(
     std::shared_ptr<const std::vector<Stage>> stages,
     const planner::Plan& plan,
@@ -349,18 +381,11 @@ torch::Tensor run_plan(
   auto execution = std::make_shared<PlanExecution>(
       std::move(stages), plan, input, selective_policy);
   torch::Tensor inner_output = execution->run_forward_phase();
-  TORCH_CHECK(
-      inner_output.is_floating_point() || inner_output.is_complex(),
-      "remat: expected a floating-point chain output to train through, got ",
-      inner_output.scalar_type());
-  // A fresh tensor sharing the output's storage, so that the stage graph of
-  // the inner output stays intact for the backward of the last stage.
-  torch::Tensor output = inner_output.variable_data();
-  inner_output = torch::Tensor();
-  compat::NodePtr node = compat::make_node<PlanBackward>(std::move(execution));
-  node->set_next_edges(torch::autograd::collect_next_edges(input));
-  torch::autograd::set_history(output, node);
-  return output;
+  return attach_backward_phase(
+      std::move(inner_output),
+      input,
+      std::move(execution),
+      "remat::PlannedChain");
 }
 
 void check_stages(const char* who, const std::vector<Stage>& stages) {

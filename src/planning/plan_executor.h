@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -28,16 +29,27 @@ planner::Chain unit_chain(int64_t stages);
 /// REQUIRES: output.requires_grad(); grad_output defined, of output's shape.
 void run_stage_backward(torch::Tensor output, torch::Tensor grad_output);
 
-/// A recorded forward of `stage` on `leaf` (grad mode on), as the executor
-/// runs it and profile_chain measures it. With an empty `policy`
+/// A stage of any number of inputs, as the executors and the profiler call
+/// it: a chain Stage (one input) or a GraphStage (its distinct input values,
+/// mapped to its arguments).
+struct StageCall {
+  std::function<torch::Tensor(const std::vector<torch::Tensor>&)> forward;
+  std::shared_ptr<torch::nn::Module> module;
+};
+
+/// `stage` as a StageCall of one input.
+StageCall call_of(const Stage& stage);
+
+/// A recorded forward of `call` on `leaves` (grad mode on), as the executors
+/// run it and the profiler measures it. With an empty `policy`
 /// (kForwardRecord) autograd records everything the backward needs; else
 /// (kForwardSelective) the stage runs as a non-reentrant checkpoint region
 /// under `policy` that preserves the stage module's buffers, so only what
 /// the policy keeps is recorded and the backward recomputes the rest.
 torch::Tensor record_stage(
-    const Stage& stage,
+    const StageCall& call,
     int64_t index,
-    const torch::Tensor& leaf,
+    const std::vector<torch::Tensor>& leaves,
     const Policy& policy);
 
 /// What the executor and profile_chain take as the output of stage `index`:
@@ -45,6 +57,26 @@ torch::Tensor record_stage(
 /// larger storage alive (NOTE: [A stage output that is a view]). Throws
 /// c10::Error, naming the stage, if `output` is undefined.
 torch::Tensor stage_output(torch::Tensor output, int64_t index);
+
+/// The part of a planned execution that runs in the backward pass.
+class BackwardPhase {
+ public:
+  virtual ~BackwardPhase() = default;
+  /// Runs the rest of the plan with `grad_output`, the gradient of the
+  /// planned output; returns the gradient of the planned input (undefined
+  /// if it needs none).
+  virtual torch::Tensor run_backward_phase(torch::Tensor grad_output) = 0;
+};
+
+/// The planned output: a fresh tensor sharing `inner_output`'s storage whose
+/// grad_fn (named `who` + "Backward", with `input`'s edges) runs `phase` in
+/// one step (NOTE: [Plan execution]). Throws c10::Error unless
+/// `inner_output` is floating point or complex.
+torch::Tensor attach_backward_phase(
+    torch::Tensor inner_output,
+    const torch::Tensor& input,
+    std::shared_ptr<BackwardPhase> phase,
+    const char* who);
 
 /// Runs the forward phase of `plan` (every op before the first backward) over
 /// `stages` on `input` and returns the chain output. Its grad_fn runs the rest

@@ -48,8 +48,10 @@
 #include <torch/nn/modules/container/any.h>
 
 #include "checkpoint/recompute_context.h"
+#include "graph_stages.h"
 #include "model_state.h"
 #include "plan_executor.h"
+#include "remat/graph.h"
 #include "remat/memory_meter.h"
 
 namespace remat {
@@ -66,13 +68,13 @@ int64_t buffer_bytes(const std::shared_ptr<torch::nn::Module>& module) {
   return bytes;
 }
 
-/// One stage on its input, as measured in one round.
+/// One stage on its inputs, as measured in one round.
 struct RecordRun {
-  const Stage& stage;
+  const detail::StageCall& call;
   int64_t index;
-  const torch::Tensor& input;
-  bool leaf_requires_grad;
-  int64_t input_value_bytes;  // |x_i|, the model's |g_i|
+  const std::vector<torch::Tensor>& inputs;  // its distinct input values
+  const std::vector<bool>& leaf_requires_grad;
+  int64_t gradient_bytes;  // the model's gradients of its inputs, summed
   bool timed;
 };
 
@@ -91,11 +93,14 @@ struct RecordCost {
       const Policy& policy,
       MemoryMeter& meter,
       const c10::Device& device) {
-    torch::Tensor leaf = run.input.detach();
-    leaf.requires_grad_(run.leaf_requires_grad);
+    std::vector<torch::Tensor> leaves;
+    for (size_t k = 0; k < run.inputs.size(); ++k) {
+      leaves.push_back(run.inputs[k].detach());
+      leaves.back().requires_grad_(run.leaf_requires_grad[k]);
+    }
     meter.reset();
     torch::Tensor output =
-        detail::record_stage(run.stage, run.index, leaf, policy);
+        detail::record_stage(run.call, run.index, leaves, policy);
     const int64_t saved = meter.current_bytes() - meter.baseline_bytes();
     saved_bytes = std::max(saved_bytes, saved);
     forward_tmp_bytes =
@@ -114,9 +119,101 @@ struct RecordCost {
       backward_times.push_back(detail::elapsed_ms(start));
     }
     backward_tmp_bytes = std::max<int64_t>(
-        backward_tmp_bytes, meter.peak_delta_bytes() - run.input_value_bytes);
+        backward_tmp_bytes, meter.peak_delta_bytes() - run.gradient_bytes);
   }
 };
+
+/// Throws c10::Error, naming `who`, unless `sample` is defined and the
+/// options' rounds are valid.
+void check_profile_arguments(
+    const char* who,
+    const torch::Tensor& sample,
+    const ProfileOptions& options) {
+  TORCH_CHECK(sample.defined(), who, ": expected a defined sample");
+  TORCH_CHECK(
+      options.warmup() >= 0,
+      who,
+      ": expected warmup >= 0, got ",
+      options.warmup());
+  TORCH_CHECK(
+      options.repeats() >= 1,
+      who,
+      ": expected repeats >= 1, got ",
+      options.repeats());
+}
+
+/// Measures the costs of one stage, of a chain or a graph (see the top of
+/// this file), on its distinct input values.
+planner::StageCost measure_stage(
+    const detail::StageCall& call,
+    int64_t index,
+    const std::vector<torch::Tensor>& inputs,
+    const std::vector<bool>& leaf_requires_grad,
+    int64_t gradient_bytes,
+    const ProfileOptions& options,
+    MemoryMeter& meter) {
+  const c10::Device device = inputs.at(0).device();
+  const int64_t rounds = options.warmup() + options.repeats();
+  planner::StageCost cost;
+  RecordCost full;
+  RecordCost selective;
+  std::vector<double> forward_times;
+  // The buffers a re-run of the stage copies aside: those of the
+  // submodules its forward writes (NOTE: [Recompute and module state]).
+  int64_t backup_bytes = 0;
+  for (int64_t round = 0; round < rounds; ++round) {
+    const bool timed = round >= options.warmup();
+    {  // 1. forward with nothing recorded
+      detail::synchronize(device);
+      const detail::BufferWrites writes({call.module});
+      meter.reset();
+      const auto start = std::chrono::steady_clock::now();
+      torch::Tensor output;
+      {
+        c10::NoGradGuard no_grad;
+        output = detail::stage_output(call.forward(inputs), index);
+      }
+      backup_bytes =
+          std::max(backup_bytes, detail::own_buffer_bytes(writes.written()));
+      detail::synchronize(device);
+      if (timed) {
+        forward_times.push_back(detail::elapsed_ms(start));
+      }
+      cost.output_bytes = static_cast<int64_t>(output.nbytes());
+      cost.forward_tmp_bytes = std::max<int64_t>(
+          cost.forward_tmp_bytes, meter.peak_delta_bytes() - cost.output_bytes);
+    }
+    const RecordRun run{
+        call, index, inputs, leaf_requires_grad, gradient_bytes, timed};
+    full.measure(run, Policy{}, meter, device);  // 2. and 3.
+    if (options.selective_policy()) {
+      selective.measure(run, options.selective_policy(), meter, device);
+    }
+  }
+  // A re-run of the stage backs up the buffers its forward writes while it
+  // runs (NOTE: [Recompute and module state]); the first forward does not,
+  // but the model has one forward cost per stage, so both carry the backup.
+  // A selective stage's recomputation, inside its checkpoint region, backs
+  // up every buffer of the stage module.
+  cost.forward_tmp_bytes += backup_bytes;
+  cost.forward_ms = planner::median(forward_times);
+  cost.saved_bytes = full.saved_bytes;
+  cost.record_tmp_bytes = full.forward_tmp_bytes + backup_bytes;
+  cost.backward_tmp_bytes = full.backward_tmp_bytes;
+  cost.backward_ms = planner::median(full.backward_times);
+  if (options.selective_policy()) {
+    // Its recomputation runs inside the backward; its time is what the
+    // backward takes beyond a recorded one's (noise can make that
+    // negative: the model's recomputation is never faster than none).
+    cost.selective = planner::SelectiveCost{
+        selective.saved_bytes,
+        selective.forward_tmp_bytes + buffer_bytes(call.module),
+        selective.backward_tmp_bytes,
+        std::max(
+            0.0, planner::median(selective.backward_times) - cost.backward_ms)};
+  }
+  return cost;
+}
 
 }  // namespace
 
@@ -136,105 +233,100 @@ planner::Chain profile_chain(
     const torch::Tensor& sample,
     const ProfileOptions& options) {
   detail::check_stages("remat::profile_chain", model);
-  TORCH_CHECK(
-      sample.defined(), "remat::profile_chain: expected a defined sample");
-  TORCH_CHECK(
-      options.warmup() >= 0,
-      "remat::profile_chain: expected warmup >= 0, got ",
-      options.warmup());
-  TORCH_CHECK(
-      options.repeats() >= 1,
-      "remat::profile_chain: expected repeats >= 1, got ",
-      options.repeats());
+  check_profile_arguments("remat::profile_chain", sample, options);
   // Before any work: it checks the optimizer ratio.
   const planner::ModelState model_state =
       model_state_of(model, options.optimizer_state_ratio());
 
-  const c10::Device device = sample.device();
-  detail::ModelStateGuard state_guard(detail::modules_of(model), device);
-  MemoryMeter meter(device);
-  const int64_t rounds = options.warmup() + options.repeats();
-
+  detail::ModelStateGuard state_guard(
+      detail::modules_of(model), sample.device());
+  MemoryMeter meter(sample.device());
   std::vector<planner::StageCost> stages;
   torch::Tensor input = sample.detach();
   const int64_t input_bytes = static_cast<int64_t>(input.nbytes());
   int64_t input_value_bytes = input_bytes;  // |x_i|, the model's |g_i|
   for (size_t i = 0; i < model.size(); ++i) {
-    const auto& stage = model[i];
     const auto index = static_cast<int64_t>(i);
-    const bool leaf_requires_grad =
-        input.is_floating_point() && (i > 0 || sample.requires_grad());
-    planner::StageCost cost;
-    RecordCost full;
-    RecordCost selective;
-    std::vector<double> forward_times;
-    // The buffers a re-run of the stage copies aside: those of the
-    // submodules its forward writes (NOTE: [Recompute and module state]).
-    int64_t backup_bytes = 0;
-    for (int64_t round = 0; round < rounds; ++round) {
-      const bool timed = round >= options.warmup();
-      {  // 1. forward with nothing recorded
-        detail::synchronize(device);
-        const detail::BufferWrites writes({stage.module});
-        meter.reset();
-        const auto start = std::chrono::steady_clock::now();
-        torch::Tensor output;
-        {
-          c10::NoGradGuard no_grad;
-          output = detail::stage_output(stage.forward(input), index);
-        }
-        backup_bytes =
-            std::max(backup_bytes, detail::own_buffer_bytes(writes.written()));
-        detail::synchronize(device);
-        if (timed) {
-          forward_times.push_back(detail::elapsed_ms(start));
-        }
-        cost.output_bytes = static_cast<int64_t>(output.nbytes());
-        cost.forward_tmp_bytes = std::max<int64_t>(
-            cost.forward_tmp_bytes,
-            meter.peak_delta_bytes() - cost.output_bytes);
-      }
-      const RecordRun run{
-          stage, index, input, leaf_requires_grad, input_value_bytes, timed};
-      full.measure(run, Policy{}, meter, device);  // 2. and 3.
-      if (options.selective_policy()) {
-        selective.measure(run, options.selective_policy(), meter, device);
-      }
-    }
-    // A re-run of the stage backs up the buffers its forward writes while it
-    // runs (NOTE: [Recompute and module state]); the first forward does not,
-    // but the model has one forward cost per stage, so both carry the backup.
-    // A selective stage's recomputation, inside its checkpoint region, backs
-    // up every buffer of the stage module.
-    cost.forward_tmp_bytes += backup_bytes;
-    cost.forward_ms = planner::median(forward_times);
-    cost.saved_bytes = full.saved_bytes;
-    cost.record_tmp_bytes = full.forward_tmp_bytes + backup_bytes;
-    cost.backward_tmp_bytes = full.backward_tmp_bytes;
-    cost.backward_ms = planner::median(full.backward_times);
-    if (options.selective_policy()) {
-      // Its recomputation runs inside the backward; its time is what the
-      // backward takes beyond a recorded one's (noise can make that
-      // negative: the model's recomputation is never faster than none).
-      cost.selective = planner::SelectiveCost{
-          selective.saved_bytes,
-          selective.forward_tmp_bytes + buffer_bytes(stage.module),
-          selective.backward_tmp_bytes,
-          std::max(
-              0.0,
-              planner::median(selective.backward_times) - cost.backward_ms)};
-    }
-    stages.push_back(cost);
+    const detail::StageCall call = detail::call_of(model[i]);
+    const std::vector<bool> leaf_requires_grad{
+        input.is_floating_point() && (i > 0 || sample.requires_grad())};
+    stages.push_back(measure_stage(
+        call,
+        index,
+        {input},
+        leaf_requires_grad,
+        input_value_bytes,
+        options,
+        meter));
     {
       c10::NoGradGuard no_grad;
-      input = detail::stage_output(stage.forward(input), index);  // x_{i+1}
+      input = detail::stage_output(model[i].forward(input), index);  // x_{i+1}
     }
-    input_value_bytes = cost.output_bytes;
+    input_value_bytes = stages.back().output_bytes;
   }
   return planner::Chain(
       std::move(stages),
       input_bytes,
       /*resident_bytes=*/0,
+      model_state);
+}
+
+planner::Graph profile_graph(
+    const std::vector<GraphStage>& stages,
+    const torch::Tensor& sample,
+    const ProfileOptions& options) {
+  const planner::Graph structure =
+      detail::graph_structure("remat::profile_graph", stages);
+  check_profile_arguments("remat::profile_graph", sample, options);
+  const std::vector<Stage> holders = detail::module_holders(stages);
+  const planner::ModelState model_state =
+      model_state_of(holders, options.optimizer_state_ratio());
+
+  detail::ModelStateGuard state_guard(
+      detail::modules_of(holders), sample.device());
+  MemoryMeter meter(sample.device());
+  std::vector<planner::StageCost> costs;
+  // x_v, held until its last reader has been measured.
+  std::vector<torch::Tensor> values(stages.size() + 1);
+  values[0] = sample.detach();
+  std::vector<int64_t> last_reader(stages.size() + 1, -1);
+  for (int64_t i = 0; i < structure.size(); ++i) {
+    for (int64_t v : structure.input_values(i)) {
+      last_reader[v] = i;
+    }
+  }
+  for (int64_t i = 0; i < structure.size(); ++i) {
+    const detail::StageCall call = detail::call_of(stages[i], structure, i);
+    std::vector<torch::Tensor> inputs;
+    std::vector<bool> leaf_requires_grad;
+    int64_t gradient_bytes = 0;
+    for (int64_t v : structure.input_values(i)) {
+      inputs.push_back(values[v]);
+      leaf_requires_grad.push_back(
+          values[v].is_floating_point() && (v > 0 || sample.requires_grad()));
+      gradient_bytes += static_cast<int64_t>(values[v].nbytes());
+    }
+    costs.push_back(measure_stage(
+        call, i, inputs, leaf_requires_grad, gradient_bytes, options, meter));
+    {
+      c10::NoGradGuard no_grad;
+      values[i + 1] = detail::stage_output(call.forward(inputs), i);
+    }
+    inputs.clear();
+    for (int64_t v : structure.input_values(i)) {
+      if (v > 0 && last_reader[v] == i) {
+        values[v] = torch::Tensor();
+      }
+    }
+  }
+  std::vector<std::vector<int64_t>> inputs;
+  for (int64_t i = 0; i < structure.size(); ++i) {
+    inputs.push_back(structure.inputs(i));
+  }
+  return planner::Graph(
+      std::move(costs),
+      std::move(inputs),
+      static_cast<int64_t>(sample.nbytes()),
       model_state);
 }
 

@@ -1,0 +1,178 @@
+// remat/graph.h: plan and train any graph of blocks (a DAG of stages: U-Nets'
+// skip connections, residual and encoder-decoder stacks) under a byte budget.
+//
+// A GraphStage is a chain Stage (remat/stage.h) that reads the outputs of one
+// or more earlier stages, or the graph's input. profile_graph() measures it
+// into a torch-free planner::Graph; plan_within() chooses the fastest plan the
+// graph solver finds within a Budget; PlannedGraph runs the stages under that
+// plan with the guarantees of PlannedChain: gradients equal to the plain run
+// (bitwise on CPU for deterministic ops), RNG and autocast replayed on every
+// recomputation, module buffers (BatchNorm statistics) updated once per step,
+// and the measured activation peak what planner::simulate(graph, plan)
+// predicts. auto_checkpoint() does all three in one call. How graphs are
+// planned and executed: docs/graphs.md.
+//
+// Limits (as PlannedChain's): backward runs once per forward, and
+// torch::autograd::grad / backward(inputs=...) are refused.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include "remat/budget.h"
+#include "remat/planned_chain.h"
+#include "remat/planner/graph.h"
+#include "remat/planner/plan.h"
+#include "remat/planner/simulate.h"
+#include "remat/planner/solvers.h"
+#include "remat/policy.h"
+#include "remat/profile.h"
+
+namespace remat {
+namespace detail {
+struct GraphProgram;
+}  // namespace detail
+
+/// The index that names the graph's input in GraphStage::inputs.
+inline constexpr int kGraphInput = static_cast<int>(planner::kGraphInput);
+
+/// One stage of a graph: `forward` maps the values named by `inputs`, in that
+/// order, to the stage's output; `module` owns the parameters and buffers
+/// `forward` uses (may be null; several stages may share one module).
+/// `inputs` lists earlier stage indices, or kGraphInput for the graph's
+/// input; the last stage's output is the graph's output.
+///
+/// Contract: as Stage's (remat/stage.h): one defined tensor returned, no
+/// tensor read besides the arguments except constants, randomness from
+/// LibTorch's default generators.
+///
+/// Example (stage 2 joins the input of the graph and stage 1's output):
+// clang-format off
+///   remat::GraphStage join{[](const std::vector<torch::Tensor>& in) {
+///                            return torch::cat({in[0], in[1]}, 1); },
+///                          nullptr, {remat::kGraphInput, 1}};
+// clang-format on
+struct GraphStage {
+  std::function<torch::Tensor(const std::vector<torch::Tensor>&)> forward;
+  std::shared_ptr<torch::nn::Module> module;
+  std::vector<int> inputs;
+};
+
+/// Runs `stages` plainly (no plan) on `input`: what PlannedGraph computes.
+/// Throws as profile_graph's checks of the stages.
+torch::Tensor run_graph(
+    const std::vector<GraphStage>& stages, const torch::Tensor& input);
+
+/// Measures every stage of `stages` on `sample` (the graph input) and returns
+/// the graph the planner solves: per stage the costs of a chain stage
+/// (remat/profile.h), measured with all the stage's inputs in place; a
+/// backward's transient is measured above the gradients of all its distinct
+/// inputs. Leaves no trace (buffers, gradients, RNG restored). The model
+/// state is model_state_of(the stages' modules, optimizer_state_ratio).
+///
+/// Throws c10::Error, naming the stage, if `stages` is empty, a stage has no
+/// forward, reads nothing, reads a stage that is not an earlier one (this
+/// refuses cycles), or (other than the last) has an output no stage reads;
+/// if `sample` is undefined; or warmup < 0 or repeats < 1.
+planner::Graph profile_graph(
+    const std::vector<GraphStage>& stages,
+    const torch::Tensor& sample,
+    const ProfileOptions& options = {});
+
+/// The fastest plan the graph solver finds (planner::solve_optimal on the
+/// graph) within `budget` resolved on `graph` (Budget::resolve_bytes).
+/// Throws c10::Error naming the requested and the minimum bytes if the
+/// budget is below planner::min_feasible_budget_bytes(graph), and as
+/// Budget::resolve_bytes.
+planner::Plan plan_within(
+    const planner::Graph& graph,
+    const Budget& budget,
+    const planner::SolverOptions& options = {});
+
+/// Options of PlannedGraph.
+struct PlannedGraphOptions {
+  /// The per-op policy under which the plan's kForwardSelective ops run (as
+  /// PlannedChainOptions::selective_policy). Default: empty.
+  TORCH_ARG(Policy, selective_policy) = {};
+  /// The graph the plan was solved on, kept for reports; auto_checkpoint
+  /// sets it. Must have one stage per stage and the same inputs. Default:
+  /// none.
+  TORCH_ARG(std::optional<planner::Graph>, graph) = std::nullopt;
+  /// The input shape the plan was made for; an input of another shape is
+  /// an error naming both. Empty: any shape. auto_checkpoint sets it to the
+  /// sample's. Default: empty.
+  TORCH_ARG(std::vector<int64_t>, input_shape) = {};
+};
+
+/// A graph of stages executed according to a plan (see the top of this
+/// header). Registers the stages' distinct modules as children ("stage0",
+/// "stage3", ...: the first stage using each). Under no-grad (evaluation)
+/// forward() runs the stages plainly.
+///
+/// Throws c10::Error (constructor) as profile_graph's checks of the stages,
+/// if the plan is not valid for the graph's structure (naming
+/// planner::simulate's error), has a kForwardSelective op without a policy,
+/// or options.graph does not match the stages.
+///
+/// Example:
+// clang-format off
+///   auto graph = remat::profile_graph(stages, sample);
+///   remat::PlannedGraph net(stages, remat::plan_within(graph, remat::Budget::parse("50%")));
+///   loss(net->forward(x)).backward();
+// clang-format on
+class PlannedGraphImpl : public torch::nn::Module {
+ public:
+  PlannedGraphImpl(
+      std::vector<GraphStage> stages,
+      planner::Plan plan,
+      PlannedGraphOptions options = {});
+  /// Runs the plan (training) or the stages plainly (no grad needed).
+  torch::Tensor forward(const torch::Tensor& input);
+  /// "remat::PlannedGraph(stages=9, ops=20, plan=R0 R1 ...)".
+  void pretty_print(std::ostream& stream) const override;
+  /// The plan executed.
+  const planner::Plan& plan() const {
+    return plan_;
+  }
+  /// The stages, in order.
+  const std::vector<GraphStage>& stages() const {
+    return *stages_;
+  }
+  /// The graph plan() was solved on (options.graph).
+  const std::optional<planner::Graph>& graph() const {
+    return options_.graph();
+  }
+
+ private:
+  std::shared_ptr<const std::vector<GraphStage>> stages_;
+  planner::Plan plan_;
+  PlannedGraphOptions options_;
+  planner::Graph structure_;  // the stages' inputs with unit costs
+  std::shared_ptr<const detail::GraphProgram> program_;  // made on first use
+};
+TORCH_MODULE(PlannedGraph);
+
+/// Profiles `stages` on `sample`, plans within `budget` (plan_within) and
+/// returns the stages under that plan, expecting inputs of sample's shape.
+/// With options.selective_policy set, stages may also run selectively (as
+/// for chains). Throws as profile_graph, plan_within and PlannedGraph.
+///
+/// Example:
+// clang-format off
+///   auto net = remat::auto_checkpoint(unet_stages, images, remat::Budget::parse("50%"));
+// clang-format on
+PlannedGraph auto_checkpoint(
+    std::vector<GraphStage> stages,
+    const torch::Tensor& sample,
+    Budget budget,
+    const AutoCheckpointOptions& options = {});
+
+}  // namespace remat

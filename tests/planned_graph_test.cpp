@@ -1,0 +1,314 @@
+// planned_graph_test.cpp: PlannedGraph, profile_graph and auto_checkpoint on
+// a U-Net-shaped graph of stages against the stages run plainly.
+//
+// The graph: two encoder levels (convolution, BatchNorm, ReLU; dropout on
+// the second), a bottleneck, two decoder levels that read the level below
+// and the encoder's skip, a refinement module shared by two stages (the
+// second adds a residual from the first decoder output), and a head. Every
+// plan checked (the solver's at 50 % and at the minimum feasible budget, and
+// schedules of every stage mode) must leave gradients and BatchNorm buffers
+// bitwise those of the plain run (buffers updated once per step), and the
+// measured activation peak plus the input bytes must be within the budget,
+// never above simulate()'s prediction, and within 10 % below it.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "remat/remat.h"
+#include "test_util.h"
+
+namespace {
+
+using remat::testing::expect_same_step;
+using remat::testing::grads_of;
+
+torch::nn::Sequential conv_block(int64_t in, int64_t out, double dropout) {
+  torch::nn::Sequential block(
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1)),
+      torch::nn::BatchNorm2d(out),
+      torch::nn::ReLU());
+  if (dropout > 0) {
+    block->push_back(torch::nn::Dropout(dropout));
+  }
+  return block;
+}
+
+torch::Tensor upsample(const torch::Tensor& x) {
+  return torch::upsample_nearest2d(x, {x.size(2) * 2, x.size(3) * 2});
+}
+
+struct SkipGraph {
+  std::vector<remat::GraphStage> stages;
+  torch::nn::ModuleList modules;
+  torch::Tensor input;
+  std::vector<torch::Tensor> initial_buffers;
+
+  SkipGraph() {
+    torch::manual_seed(5);
+    auto enc0 = conv_block(2, 8, 0);
+    auto enc1 = conv_block(8, 16, 0.2);
+    auto bottom = conv_block(16, 16, 0);
+    auto dec1 = conv_block(32, 16, 0);
+    auto dec0 = conv_block(24, 8, 0);
+    torch::nn::Conv2d refine(torch::nn::Conv2dOptions(8, 8, 3).padding(1));
+    torch::nn::Conv2d head(torch::nn::Conv2dOptions(8, 3, 1));
+    for (const auto& module : std::vector<std::shared_ptr<torch::nn::Module>>{
+             enc0.ptr(),
+             enc1.ptr(),
+             bottom.ptr(),
+             dec1.ptr(),
+             dec0.ptr(),
+             refine.ptr(),
+             head.ptr()}) {
+      modules->push_back(module);
+    }
+    using In = const std::vector<torch::Tensor>&;
+    stages = {
+        {[enc0](In in) mutable { return enc0->forward(in[0]); },
+         enc0.ptr(),
+         {remat::kGraphInput}},
+        {[enc1](In in) mutable {
+           return enc1->forward(torch::max_pool2d(in[0], 2));
+         },
+         enc1.ptr(),
+         {0}},
+        {[bottom](In in) mutable {
+           return bottom->forward(torch::max_pool2d(in[0], 2));
+         },
+         bottom.ptr(),
+         {1}},
+        {[dec1](In in) mutable {
+           return dec1->forward(torch::cat({upsample(in[0]), in[1]}, 1));
+         },
+         dec1.ptr(),
+         {2, 1}},
+        {[dec0](In in) mutable {
+           return dec0->forward(torch::cat({upsample(in[0]), in[1]}, 1));
+         },
+         dec0.ptr(),
+         {3, 0}},
+        {[refine](In in) mutable { return torch::relu(refine(in[0])); },
+         refine.ptr(),
+         {4}},
+        // The same module again, with a residual from stage 4.
+        {[refine](In in) mutable { return refine(in[0]) + in[1]; },
+         refine.ptr(),
+         {5, 4}},
+        {[head](In in) mutable { return head(in[0]); }, head.ptr(), {6}},
+    };
+    input = torch::randn({4, 2, 16, 16}, torch::requires_grad());
+    for (const auto& buffer : modules->buffers()) {
+      initial_buffers.push_back(buffer.clone());
+    }
+  }
+
+  struct Step : remat::testing::TrainingStep {
+    int64_t activation_peak_bytes = 0;
+  };
+
+  /// One training step from the initial buffers, seed 99.
+  Step step(const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+    {
+      torch::NoGradGuard no_grad;
+      auto buffers = modules->buffers();
+      for (size_t i = 0; i < buffers.size(); ++i) {
+        buffers[i].copy_(initial_buffers[i]);
+      }
+      for (auto& parameter : modules->parameters()) {
+        parameter.mutable_grad() = torch::zeros_like(parameter);
+      }
+    }
+    torch::Tensor x = input.detach().requires_grad_(true);
+    torch::manual_seed(99);
+    Step result;
+    {
+      remat::MemoryMeter meter;
+      torch::Tensor loss = forward(x).sum();
+      loss.backward();
+      result.activation_peak_bytes =
+          meter.peak_delta_bytes() - 2 * static_cast<int64_t>(loss.nbytes());
+    }
+    result.param_grads = grads_of(*modules);
+    result.input_grad = x.grad();
+    for (const auto& buffer : modules->buffers()) {
+      result.buffers.push_back(buffer.clone());
+    }
+    return result;
+  }
+
+  Step plain_step() {
+    return step(
+        [&](const torch::Tensor& x) { return remat::run_graph(stages, x); });
+  }
+};
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& error) {
+    return error.what_without_backtrace();
+  }
+  return "";
+}
+
+// Checks one plan's step against the plain one and simulate().
+void expect_planned_step_matches(
+    SkipGraph& graph,
+    const SkipGraph::Step& plain,
+    const remat::planner::Graph& profiled,
+    const remat::planner::Plan& plan,
+    int64_t budget) {
+  SCOPED_TRACE("plan " + plan.to_string());
+  remat::PlannedGraph net(graph.stages, plan);
+  const SkipGraph::Step planned =
+      graph.step([&](const torch::Tensor& x) { return net->forward(x); });
+  expect_same_step(plain, planned);
+  const auto simulation = remat::planner::simulate(profiled, plan);
+  ASSERT_TRUE(simulation.valid) << simulation.error;
+  const int64_t measured =
+      planned.activation_peak_bytes + profiled.input_bytes();
+  EXPECT_LE(measured, budget);
+  EXPECT_LE(measured, simulation.peak_bytes);
+  EXPECT_GE(measured, static_cast<int64_t>(0.9 * simulation.peak_bytes))
+      << "measured " << measured << ", predicted " << simulation.peak_bytes;
+}
+
+TEST(PlannedGraph, PlansWithinBudgetsMatchThePlainRunAndTheModel) {
+  SkipGraph graph;
+  const SkipGraph::Step plain = graph.plain_step();
+  const remat::planner::Graph profiled = remat::profile_graph(
+      graph.stages, graph.input, remat::ProfileOptions().warmup(0).repeats(1));
+  ASSERT_EQ(profiled.size(), 8);
+  EXPECT_FALSE(profiled.is_chain());
+  EXPECT_EQ(profiled.inputs(4), (std::vector<int64_t>{3, 0}));
+  const int64_t store_all =
+      remat::planner::simulate(
+          profiled, remat::planner::solve_store_all(profiled))
+          .peak_bytes;
+  const int64_t minimum = remat::planner::min_feasible_budget_bytes(profiled);
+  EXPECT_LT(minimum, store_all);
+  for (const remat::Budget& budget :
+       {remat::Budget::parse("50%"),
+        remat::Budget::parse("90%"),
+        remat::Budget::bytes(minimum),
+        remat::Budget::none()}) {
+    SCOPED_TRACE("budget " + budget.to_string());
+    const int64_t bytes = budget.resolve_bytes(profiled);
+    if (bytes < minimum) {  // here 50 %: the decoder's last level alone
+      // needs more (its record and backward transient).
+      EXPECT_NE(
+          message_of([&] {
+            remat::plan_within(profiled, budget);
+          }).find("expected a budget of at least " + std::to_string(minimum)),
+          std::string::npos);
+      continue;
+    }
+    expect_planned_step_matches(
+        graph, plain, profiled, remat::plan_within(profiled, budget), bytes);
+  }
+}
+
+// Every way of running every stage, executed: schedules with all stages in
+// one mode, and each stage alone checkpointed or recomputed.
+TEST(PlannedGraph, EveryStageModeMatchesThePlainRunAndTheModel) {
+  SkipGraph graph;
+  const SkipGraph::Step plain = graph.plain_step();
+  const remat::planner::Graph profiled = remat::profile_graph(
+      graph.stages, graph.input, remat::ProfileOptions().warmup(0).repeats(1));
+  using remat::planner::StageMode;
+  std::vector<std::vector<StageMode>> assignments;
+  for (StageMode mode : {StageMode::kCheckpoint, StageMode::kRecompute}) {
+    assignments.emplace_back(8, mode);
+    for (int64_t i = 0; i < 7; ++i) {
+      std::vector<StageMode> one(8, StageMode::kRecord);
+      one[i] = mode;
+      assignments.push_back(one);
+    }
+  }
+  for (const auto& modes : assignments) {
+    const remat::planner::Plan plan =
+        remat::planner::schedule_graph(profiled, modes);
+    expect_planned_step_matches(graph, plain, profiled, plan, INT64_MAX);
+  }
+}
+
+TEST(PlannedGraph, AutoCheckpointPlansTheSampleShapeAndEvaluatesPlainly) {
+  SkipGraph graph;
+  const SkipGraph::Step plain = graph.plain_step();
+  remat::PlannedGraph net = remat::auto_checkpoint(
+      graph.stages,
+      graph.input,
+      remat::Budget::parse("80%"),
+      remat::AutoCheckpointOptions().profile(
+          remat::ProfileOptions().warmup(0).repeats(1)));
+  ASSERT_TRUE(net->graph().has_value());
+  EXPECT_LE(
+      remat::planner::simulate(*net->graph(), net->plan()).peak_bytes,
+      remat::Budget::parse("80%").resolve_bytes(*net->graph()));
+  const SkipGraph::Step planned =
+      graph.step([&](const torch::Tensor& x) { return net->forward(x); });
+  expect_same_step(plain, planned);
+  // Its modules are its children, each once (the shared one too).
+  EXPECT_EQ(net->parameters().size(), graph.modules->parameters().size());
+  // Another shape is refused, naming both.
+  try {
+    net->forward(torch::randn({2, 2, 16, 16}));
+    ADD_FAILURE() << "expected an error";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(
+        std::string(error.what())
+            .find("made for inputs of shape [4, 2, 16, 16]"),
+        std::string::npos)
+        << error.what();
+  }
+  // Evaluation runs the stages plainly.
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(1);
+  const torch::Tensor expected = remat::run_graph(graph.stages, graph.input);
+  torch::manual_seed(1);
+  EXPECT_TRUE(
+      remat::testing::bitwise_equal(net->forward(graph.input), expected));
+}
+
+TEST(PlannedGraph, RefusesBadGraphsNamingTheStage) {
+  SkipGraph graph;
+  auto stages = graph.stages;
+  stages[2].inputs = {5};  // a cycle: 2 reads 5, which reads ... 2
+  EXPECT_NE(
+      message_of([&] {
+        remat::profile_graph(stages, graph.input);
+      }).find("remat::profile_graph: stage 2 reads 5, which is neither"),
+      std::string::npos);
+  stages = graph.stages;
+  stages[3].inputs = {2, 17};
+  EXPECT_NE(
+      message_of([&] {
+        remat::PlannedGraph(stages, remat::planner::Plan{});
+      }).find("remat::PlannedGraph: stage 3 reads 17"),
+      std::string::npos);
+  stages = graph.stages;
+  stages[4].forward = nullptr;
+  EXPECT_NE(
+      message_of([&] {
+        remat::run_graph(stages, graph.input);
+      }).find("stage 4 has none"),
+      std::string::npos);
+  EXPECT_NE(
+      message_of([&] {
+        remat::PlannedGraph(
+            graph.stages, remat::planner::plan_from_string("R0 B0"));
+      }).find("expected a valid plan for the 8 stages"),
+      std::string::npos);
+  EXPECT_NE(
+      message_of([&] {
+        remat::profile_graph(std::vector<remat::GraphStage>{}, graph.input);
+      }).find("expected at least one stage"),
+      std::string::npos);
+}
+
+}  // namespace
