@@ -57,13 +57,17 @@ bool is_record(OpKind kind) {
 /// all afterwards. Ops on stages out of range read nothing (simulate stops
 /// at them).
 struct Liveness {
-  std::vector<std::vector<int64_t>> last_reads;
+  // The last reads of op k: last_reads[begin[k] .. begin[k + 1]).
+  std::vector<int64_t> last_reads;
+  std::vector<size_t> begin;
   std::vector<char> output_unused;
 
   Liveness(const Graph& graph, const Plan& plan)
-      : last_reads(plan.ops.size()), output_unused(plan.ops.size(), 0) {
+      : begin(plan.ops.size() + 1, 0), output_unused(plan.ops.size(), 0) {
     const int64_t n = graph.size();
     std::vector<char> read_next(static_cast<size_t>(n + 1), 0);
+    // Filled from the last op backwards, then reversed.
+    std::vector<size_t> count(plan.ops.size(), 0);
     for (size_t k = plan.ops.size(); k-- > 0;) {
       const Op& op = plan.ops[k];
       if (op.stage < 0 || op.stage >= n) {
@@ -76,10 +80,15 @@ struct Liveness {
       }
       for (int64_t v : graph.input_values(op.stage)) {
         if (!read_next[v]) {
-          last_reads[k].push_back(v);
+          last_reads.push_back(v);
+          ++count[k];
         }
         read_next[v] = 1;
       }
+    }
+    std::reverse(last_reads.begin(), last_reads.end());
+    for (size_t k = 0; k < plan.ops.size(); ++k) {
+      begin[k + 1] = begin[k] + count[k];
     }
   }
 };
@@ -119,8 +128,8 @@ class GraphReplay {
     } else {
       run_forward(op, liveness_.output_unused[k] != 0);
     }
-    for (int64_t v : liveness_.last_reads[k]) {
-      drop(v);
+    for (size_t r = liveness_.begin[k]; r < liveness_.begin[k + 1]; ++r) {
+      drop(liveness_.last_reads[r]);
     }
     return "";
   }

@@ -15,15 +15,18 @@
 // selective cost; the last stage is always recorded). With at most
 // kMaxExhaustiveGraphPlans combinations every one is simulated. Otherwise a
 // local search runs from three starts (all recorded, all checkpointed, all
-// recomputed): first it changes, one stage at a time, the mode that lowers
-// the peak most (ties: the faster) until the plan fits the budget or no
-// change lowers the peak; then, while a change makes the plan faster and
-// still fitting, it takes the fastest such change. The fastest fitting
-// plan of the three is the answer. Every plan is costed by simulate(): one
-// definition of peak and time.
+// recomputed; for the least memory also every k-th stage checkpointed and
+// the rest recomputed, k = 2, 3, max(4, sqrt(L))). It passes over the stages,
+// largest records first, and gives each the way that lowers the peak most
+// (ties: the faster), until the plan fits the budget or a pass changes nothing;
+// then it passes over them, slowest forwards first, giving each the fastest way
+// that still fits, until a pass changes nothing. The best plan of all starts is
+// the answer. Each pass simulates every way of every stage once. Every plan is
+// costed by simulate(): one definition of peak and time.
 #include "remat/planner/solvers.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -214,16 +217,22 @@ Candidate search_exhaustive(const Graph& graph, const Goal& goal) {
   }
 }
 
-/// While `more(current)`, applies the single-stage change that `better`
-/// prefers most, if it prefers one to the current plan; returns the last
-/// plan.
+/// Passes over the stages, in `order`: for each stage, the way `better`
+/// prefers most among its ways, if it prefers it to the current plan, is
+/// taken at once. Stops after a pass that changes nothing, or when
+/// `more(current)` turns false; returns the last plan.
 template <typename Better, typename More>
 Candidate descend(
-    const Graph& graph, Candidate current, Better better, More more) {
-  const int64_t n = graph.size();
-  while (more(current)) {
-    Candidate best = current;
-    for (int64_t i = 0; i < n; ++i) {
+    const Graph& graph,
+    Candidate current,
+    const std::vector<int64_t>& order,
+    Better better,
+    More more) {
+  bool changed = true;
+  while (changed && more(current)) {
+    changed = false;
+    for (int64_t i : order) {
+      Candidate best = current;
       for (StageMode way : ways_of(graph, i)) {
         if (way == current.modes[i]) {
           continue;
@@ -235,39 +244,81 @@ Candidate descend(
           best = std::move(candidate);
         }
       }
+      if (best.modes != current.modes) {
+        current = std::move(best);
+        changed = true;
+        if (!more(current)) {
+          break;
+        }
+      }
     }
-    if (best.modes == current.modes) {
-      break;
-    }
-    current = std::move(best);
   }
   return current;
+}
+
+/// The stages by decreasing `key`, ties by index.
+template <typename Key>
+std::vector<int64_t> stages_by(const Graph& graph, Key key) {
+  std::vector<int64_t> order(static_cast<size_t>(graph.size()));
+  for (int64_t i = 0; i < graph.size(); ++i) {
+    order[i] = i;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return key(graph.stage(a)) > key(graph.stage(b));
+  });
+  return order;
 }
 
 Candidate search_local(const Graph& graph, const Goal& goal) {
   const int64_t n = graph.size();
   const auto always = [](const Candidate&) { return true; };
+  // Memory first where records are large, speed first where forwards are
+  // slow.
+  const std::vector<int64_t> by_bytes =
+      stages_by(graph, [](const StageCost& c) { return c.saved_bytes; });
+  const std::vector<int64_t> by_time =
+      stages_by(graph, [](const StageCost& c) { return c.forward_ms; });
+  // The starts: every stage in one way, and, for the least memory, every
+  // k-th stage checkpointed and the rest recomputed (k = 2, 3, sqrt(L)).
+  std::vector<std::vector<StageMode>> starts;
+  for (StageMode way :
+       {StageMode::kRecord, StageMode::kCheckpoint, StageMode::kRecompute}) {
+    starts.emplace_back(static_cast<size_t>(n), way);
+  }
+  if (goal.min_memory) {
+    const auto root = static_cast<int64_t>(std::lround(std::sqrt(n)));
+    for (int64_t k : {int64_t{2}, int64_t{3}, std::max<int64_t>(4, root)}) {
+      std::vector<StageMode> modes;
+      for (int64_t i = 0; i < n; ++i) {
+        modes.push_back(
+            i % k == k - 1 ? StageMode::kCheckpoint : StageMode::kRecompute);
+      }
+      starts.push_back(std::move(modes));
+    }
+  }
   Candidate best;
   bool have_best = false;
-  for (StageMode start :
-       {StageMode::kRecord, StageMode::kCheckpoint, StageMode::kRecompute}) {
+  for (std::vector<StageMode>& start : starts) {
     Candidate current;
-    current.modes.assign(static_cast<size_t>(n), start);
+    current.modes = std::move(start);
     current.modes.back() = StageMode::kRecord;
     evaluate(graph, current);
     if (goal.min_memory) {
-      current = descend(graph, std::move(current), smaller, always);
+      current = descend(graph, std::move(current), by_bytes, smaller, always);
     } else {
       // Lower the peak until the plan fits, then make it faster while it
       // fits.
-      current =
-          descend(graph, std::move(current), smaller, [&](const Candidate& c) {
-            return !goal.fits(c);
-          });
+      current = descend(
+          graph,
+          std::move(current),
+          by_bytes,
+          smaller,
+          [&](const Candidate& c) { return !goal.fits(c); });
       if (goal.fits(current)) {
         current = descend(
             graph,
             std::move(current),
+            by_time,
             [&](const Candidate& a, const Candidate& b) {
               return goal.fits(a) && faster(a, b);
             },
