@@ -234,44 +234,113 @@ SelectiveCost read_selective(
   return cost;
 }
 
-}  // namespace
+json stage_json(const StageCost& s) {
+  json stage{
+      {"forward_ms", s.forward_ms},
+      {"backward_ms", s.backward_ms},
+      {"output_bytes", s.output_bytes},
+      {"saved_bytes", s.saved_bytes},
+      {"forward_tmp_bytes", s.forward_tmp_bytes},
+      {"backward_tmp_bytes", s.backward_tmp_bytes}};
+  if (s.record_tmp_bytes) {
+    stage["record_tmp_bytes"] = *s.record_tmp_bytes;
+  }
+  if (s.gathered_bytes != 0) {
+    stage["gathered_bytes"] = s.gathered_bytes;
+  }
+  if (s.selective) {
+    stage["selective"] = json{
+        {"saved_bytes", s.selective->saved_bytes},
+        {"forward_tmp_bytes", s.selective->forward_tmp_bytes},
+        {"backward_tmp_bytes", s.selective->backward_tmp_bytes},
+        {"recompute_ms", s.selective->recompute_ms}};
+  }
+  return stage;
+}
 
-std::string to_json(const Chain& chain) {
-  json stages = json::array();
-  for (const StageCost& s : chain.stages()) {
-    json stage{
-        {"forward_ms", s.forward_ms},
-        {"backward_ms", s.backward_ms},
-        {"output_bytes", s.output_bytes},
-        {"saved_bytes", s.saved_bytes},
-        {"forward_tmp_bytes", s.forward_tmp_bytes},
-        {"backward_tmp_bytes", s.backward_tmp_bytes}};
-    if (s.record_tmp_bytes) {
-      stage["record_tmp_bytes"] = *s.record_tmp_bytes;
-    }
-    if (s.gathered_bytes != 0) {
-      stage["gathered_bytes"] = s.gathered_bytes;
-    }
-    if (s.selective) {
-      stage["selective"] = json{
-          {"saved_bytes", s.selective->saved_bytes},
-          {"forward_tmp_bytes", s.selective->forward_tmp_bytes},
-          {"backward_tmp_bytes", s.selective->backward_tmp_bytes},
-          {"recompute_ms", s.selective->recompute_ms}};
-    }
-    stages.push_back(std::move(stage));
-  }
-  json doc{{"input_bytes", chain.input_bytes()}, {"stages", stages}};
-  if (chain.resident_bytes() != 0) {
-    doc["resident_bytes"] = chain.resident_bytes();
-  }
-  const ModelState& state = chain.model_state();
+void add_model_state(json& doc, const ModelState& state) {
   if (state != ModelState{}) {
     doc["model_state"] = {
         {"parameter_bytes", state.parameter_bytes},
         {"gradient_bytes", state.gradient_bytes},
         {"optimizer_bytes", state.optimizer_bytes}};
   }
+}
+
+// The costs of the stage object `stage` at `path`; `extra` names a field
+// the caller reads besides the costs (a graph stage's "inputs"), or is null.
+StageCost read_stage(
+    const JsonReader& r,
+    const json& stage,
+    const std::string& path,
+    const char* extra) {
+  std::set<std::string> known{
+      "forward_ms",
+      "backward_ms",
+      "output_bytes",
+      "saved_bytes",
+      "forward_tmp_bytes",
+      "backward_tmp_bytes",
+      "record_tmp_bytes",
+      "gathered_bytes",
+      "selective"};
+  if (extra != nullptr) {
+    known.insert(extra);
+  }
+  r.check_keys(stage, path, known);
+  auto ms = [&](const char* key) {
+    return r.non_negative_number(
+        r.field(stage, path, key), JsonReader::join(path, key));
+  };
+  auto bytes = [&](const char* key) {
+    return r.non_negative_integer(
+        r.field(stage, path, key), JsonReader::join(path, key));
+  };
+  StageCost cost;
+  cost.forward_ms = ms("forward_ms");
+  cost.backward_ms = ms("backward_ms");
+  cost.output_bytes = bytes("output_bytes");
+  cost.saved_bytes = bytes("saved_bytes");
+  cost.forward_tmp_bytes = bytes("forward_tmp_bytes");
+  cost.backward_tmp_bytes = r.integer(
+      r.field(stage, path, "backward_tmp_bytes"),
+      JsonReader::join(path, "backward_tmp_bytes"));  // may be < 0
+  if (stage.contains("record_tmp_bytes")) {
+    cost.record_tmp_bytes = bytes("record_tmp_bytes");
+  }
+  if (stage.contains("gathered_bytes")) {
+    cost.gathered_bytes = bytes("gathered_bytes");
+  }
+  if (stage.contains("selective")) {
+    cost.selective = read_selective(r, stage["selective"], path);
+  }
+  return cost;
+}
+
+}  // namespace
+
+std::string to_json(const Chain& chain) {
+  json stages = json::array();
+  for (const StageCost& s : chain.stages()) {
+    stages.push_back(stage_json(s));
+  }
+  json doc{{"input_bytes", chain.input_bytes()}, {"stages", stages}};
+  if (chain.resident_bytes() != 0) {
+    doc["resident_bytes"] = chain.resident_bytes();
+  }
+  add_model_state(doc, chain.model_state());
+  return doc.dump();
+}
+
+std::string to_json(const Graph& graph) {
+  json stages = json::array();
+  for (int64_t i = 0; i < graph.size(); ++i) {
+    json stage = stage_json(graph.stage(i));
+    stage["inputs"] = graph.inputs(i);
+    stages.push_back(std::move(stage));
+  }
+  json doc{{"input_bytes", graph.input_bytes()}, {"stages", stages}};
+  add_model_state(doc, graph.model_state());
   return doc.dump();
 }
 
@@ -294,49 +363,45 @@ Chain chain_from_json(std::string_view text) {
     std::vector<StageCost> costs;
     for (size_t k = 0; k < stages.size(); ++k) {
       const std::string path = JsonReader::item("stages", k);
-      const json& stage = r.object(stages[k], path);
-      r.check_keys(
-          stage,
-          path,
-          {"forward_ms",
-           "backward_ms",
-           "output_bytes",
-           "saved_bytes",
-           "forward_tmp_bytes",
-           "backward_tmp_bytes",
-           "record_tmp_bytes",
-           "gathered_bytes",
-           "selective"});
-      auto ms = [&](const char* key) {
-        return r.non_negative_number(
-            r.field(stage, path, key), JsonReader::join(path, key));
-      };
-      auto bytes = [&](const char* key) {
-        return r.non_negative_integer(
-            r.field(stage, path, key), JsonReader::join(path, key));
-      };
-      StageCost cost;
-      cost.forward_ms = ms("forward_ms");
-      cost.backward_ms = ms("backward_ms");
-      cost.output_bytes = bytes("output_bytes");
-      cost.saved_bytes = bytes("saved_bytes");
-      cost.forward_tmp_bytes = bytes("forward_tmp_bytes");
-      cost.backward_tmp_bytes = r.integer(
-          r.field(stage, path, "backward_tmp_bytes"),
-          JsonReader::join(path, "backward_tmp_bytes"));  // may be < 0
-      if (stage.contains("record_tmp_bytes")) {
-        cost.record_tmp_bytes = bytes("record_tmp_bytes");
-      }
-      if (stage.contains("gathered_bytes")) {
-        cost.gathered_bytes = bytes("gathered_bytes");
-      }
-      if (stage.contains("selective")) {
-        cost.selective = read_selective(r, stage["selective"], path);
-      }
-      costs.push_back(cost);
+      costs.push_back(
+          read_stage(r, r.object(stages[k], path), path, /*extra=*/nullptr));
     }
     try {
       return Chain(std::move(costs), input_bytes, resident_bytes, model_state);
+    } catch (const std::invalid_argument& e) {
+      r.fail("", e.what());
+    }
+  });
+}
+
+Graph graph_from_json(std::string_view text) {
+  return guarded("graph_from_json", [&](const JsonReader& r) {
+    const json doc = r.parse(text);
+    r.object(doc, "");
+    r.check_keys(doc, "", {"input_bytes", "model_state", "stages"});
+    const int64_t input_bytes =
+        r.non_negative_integer(r.field(doc, "", "input_bytes"), "input_bytes");
+    const ModelState model_state = doc.contains("model_state")
+                                       ? read_model_state(r, doc["model_state"])
+                                       : ModelState{};
+    const json& stages = r.array(r.field(doc, "", "stages"), "stages");
+    std::vector<StageCost> costs;
+    std::vector<std::vector<int64_t>> inputs;
+    for (size_t k = 0; k < stages.size(); ++k) {
+      const std::string path = JsonReader::item("stages", k);
+      const json& stage = r.object(stages[k], path);
+      costs.push_back(read_stage(r, stage, path, "inputs"));
+      const std::string inputs_path = JsonReader::join(path, "inputs");
+      const json& list = r.array(r.field(stage, path, "inputs"), inputs_path);
+      inputs.emplace_back();
+      for (size_t j = 0; j < list.size(); ++j) {
+        inputs.back().push_back(
+            r.integer(list[j], JsonReader::item(inputs_path, j)));
+      }
+    }
+    try {
+      return Graph(
+          std::move(costs), std::move(inputs), input_bytes, model_state);
     } catch (const std::invalid_argument& e) {
       r.fail("", e.what());
     }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "remat/planner/graph.h"
+#include "remat/planner/json.h"
 #include "remat/planner/simulate.h"
 #include "remat/planner/solvers.h"
 #include "test_chains.h"
@@ -405,6 +406,43 @@ TEST(GraphSolvers, ScheduleGraphRefusesBadModes) {
       schedule_graph(graph, {StageMode::kCheckpoint, StageMode::kRecord})
           .to_string(),
       "N0 R1 B1 R0 B0");
+}
+
+}  // namespace
+}  // namespace remat::planner
+
+namespace remat::planner {
+namespace {
+
+TEST(GraphJson, RoundTripsAndNamesWhatIsWrong) {
+  std::mt19937_64 rng(9);
+  for (int trial = 0; trial < 20; ++trial) {
+    Graph graph = unet_graph(rng, 1 + trial % 3, 1000);
+    graph = graph.with_model_state(ModelState{10, 20, 40});
+    EXPECT_EQ(graph_from_json(to_json(graph)), graph);
+  }
+  const std::string stage =
+      R"("forward_ms": 1, "backward_ms": 2, "output_bytes": 8, )"
+      R"("saved_bytes": 8, "forward_tmp_bytes": 0, "backward_tmp_bytes": 0)";
+  const auto error = [](const std::string& text) {
+    return error_of([&] { graph_from_json(text); });
+  };
+  EXPECT_NE(
+      error(R"({"input_bytes": 4, "stages": [{)" + stage + "}]}")
+          .find("stages[0].inputs: missing field"),
+      std::string::npos);
+  EXPECT_NE(
+      error(
+          R"({"input_bytes": 4, "stages": [{)" + stage +
+          R"(, "inputs": [-1, "a"]}]})")
+          .find("stages[0].inputs[1]: expected an integer"),
+      std::string::npos);
+  EXPECT_NE(
+      error(
+          R"({"input_bytes": 4, "stages": [{)" + stage +
+          R"(, "inputs": [0]}]})")
+          .find("stage 0 reads 0"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 //   "forward_tmp_bytes": 0, "backward_tmp_bytes": 50,
 //   "recompute_ms": 0.5}}, ...]}  (record_tmp_bytes and selective are
 //   optional; inside selective every field is required)
+// Graph: a chain's format without resident_bytes, each stage with
+//   "inputs": [-1, 0, ...] (what it reads: -1 the graph input, else an
+//   earlier stage; required).
 // Plan:  {"ops": [{"kind": "forward_record", "stage": 0},
 //   {"kind": "backward", "stage": 0}]}
 // clang-format on
@@ -24,6 +27,7 @@
 #include <string_view>
 
 #include "remat/planner/chain.h"
+#include "remat/planner/graph.h"
 #include "remat/planner/plan.h"
 
 namespace remat::planner {
@@ -44,6 +48,14 @@ std::string to_json(const Chain& chain);
 // clang-format on
 Chain chain_from_json(std::string_view json);
 
+/// Writes `graph` as JSON (format at the top of this header).
+/// graph_from_json(to_json(g)) == g.
+std::string to_json(const Graph& graph);
+/// Reads a graph written by to_json. Throws std::invalid_argument as
+/// chain_from_json, naming the JSON path and the bad value, and with
+/// Graph's constructor's message for a structure it refuses (a stage that
+/// reads a later stage, reads nothing, or feeds nothing).
+Graph graph_from_json(std::string_view json);
 /// Writes `plan` as JSON (format at the top of this header).
 /// plan_from_json(to_json(p)) == p.
 std::string to_json(const Plan& plan);
