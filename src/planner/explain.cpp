@@ -131,12 +131,17 @@ void locate_peak(const Chain& chain, ExplainReport& report) {
 
 void print_stages(std::ostream& out, const ExplainReport& report) {
   using Align = TextTable::Align;
-  std::vector<TextTable::Column> columns{
-      {"stage", Align::kRight},
-      {"fwd ms", Align::kRight},
-      {"bwd ms", Align::kRight},
-      {"output", Align::kRight},
-      {"saved", Align::kRight}};
+  std::vector<TextTable::Column> columns{{"stage", Align::kRight}};
+  if (report.graph) {
+    columns.push_back({"reads", Align::kLeft});
+  }
+  for (TextTable::Column column :
+       {TextTable::Column{"fwd ms", Align::kRight},
+        {"bwd ms", Align::kRight},
+        TextTable::Column{"output", Align::kRight},
+        TextTable::Column{"saved", Align::kRight}}) {
+    columns.push_back(column);
+  }
   if (report.counts_parameters) {
     columns.push_back({"gathered", Align::kRight});
   }
@@ -144,12 +149,22 @@ void print_stages(std::ostream& out, const ExplainReport& report) {
   columns.push_back({"keeps", Align::kLeft});
   TextTable table(std::move(columns));
   for (const ExplainStage& row : report.stages) {
-    std::vector<std::string> cells{
-        std::to_string(row.stage),
-        fixed(row.cost.forward_ms, 3),
-        fixed(row.cost.backward_ms, 3),
-        format_bytes(row.cost.output_bytes),
-        format_bytes(row.cost.saved_bytes)};
+    std::vector<std::string> cells{std::to_string(row.stage)};
+    if (report.graph) {
+      std::string reads;
+      for (int64_t input : row.reads) {
+        reads += (reads.empty() ? "" : ",") +
+                 (input < 0 ? std::string("in") : std::to_string(input));
+      }
+      cells.push_back(reads);
+    }
+    for (std::string cell :
+         {fixed(row.cost.forward_ms, 3),
+          fixed(row.cost.backward_ms, 3),
+          format_bytes(row.cost.output_bytes),
+          format_bytes(row.cost.saved_bytes)}) {
+      cells.push_back(std::move(cell));
+    }
     if (report.counts_parameters) {
       cells.push_back(format_bytes(row.cost.gathered_bytes));
     }
@@ -181,21 +196,23 @@ void print_ops(std::ostream& out, const ExplainReport& report) {
   table.print(out);
 }
 
-}  // namespace
-
-ExplainReport explain_report(const Chain& chain, const Plan& plan) {
+/// The parts of the report a chain and a graph share: `keeps` words what the
+/// plan keeps of a stage; base_bytes is what is live before the first op.
+template <typename Model, typename Keeps>
+ExplainReport build_report(
+    const Model& model, const Plan& plan, int64_t base_bytes, Keeps keeps) {
   ExplainReport report;
-  const Simulation simulation = simulate(chain, plan);
+  const Simulation simulation = simulate(model, plan);
   report.valid = simulation.valid;
   if (!simulation.valid) {
     report.error = simulation.error;
     return report;
   }
-  const Simulation store_all = simulate(chain, solve_store_all(chain));
-  for (int64_t i = 0; i < chain.size(); ++i) {
+  const Simulation store_all = simulate(model, solve_store_all(model));
+  for (int64_t i = 0; i < model.size(); ++i) {
     ExplainStage row;
     row.stage = i;
-    row.cost = chain.stage(i);
+    row.cost = model.stage(i);
     report.stages.push_back(std::move(row));
   }
   for (const Op& op : plan.ops) {
@@ -211,10 +228,10 @@ ExplainReport explain_report(const Chain& chain, const Plan& plan) {
     row.selectives += op.kind == OpKind::kForwardSelective;
   }
   for (ExplainStage& row : report.stages) {
-    row.keeps = keeps_text(chain, row);
+    row.keeps = keeps(row);
     report.recomputed_forwards += row.forwards - 1;
   }
-  report.start_bytes = chain.base_bytes();
+  report.start_bytes = base_bytes;
   int64_t running = report.start_bytes;
   for (size_t k = 0; k < simulation.op_peak_bytes.size(); ++k) {
     running = std::max(running, simulation.op_peak_bytes[k]);
@@ -228,9 +245,43 @@ ExplainReport explain_report(const Chain& chain, const Plan& plan) {
   report.time_ms = simulation.time_ms;
   report.store_all_peak_bytes = store_all.peak_bytes;
   report.store_all_time_ms = store_all.time_ms;
-  report.counts_parameters = counts_parameters(chain);
-  report.resident_bytes = chain.resident_bytes();
-  locate_peak(chain, report);
+  return report;
+}
+
+/// What the plan keeps of a graph stage, in words.
+std::string graph_keeps_text(const ExplainStage& row) {
+  if (row.forwards == row.records) {
+    return "record (stored from the first forward)";
+  }
+  if (row.forwards == row.selectives) {
+    return "what its policy saves (selective, " +
+           format_bytes(row.cost.selective->saved_bytes) + ")";
+  }
+  return "recorded again for its backward (first forward keeps nothing)";
+}
+
+}  // namespace
+
+ExplainReport explain_report(const Chain& chain, const Plan& plan) {
+  ExplainReport report = build_report(
+      chain, plan, chain.base_bytes(), [&](const ExplainStage& row) {
+        return keeps_text(chain, row);
+      });
+  if (report.valid) {
+    report.counts_parameters = counts_parameters(chain);
+    report.resident_bytes = chain.resident_bytes();
+    locate_peak(chain, report);
+  }
+  return report;
+}
+
+ExplainReport explain_report(const Graph& graph, const Plan& plan) {
+  ExplainReport report =
+      build_report(graph, plan, graph.input_bytes(), graph_keeps_text);
+  for (ExplainStage& row : report.stages) {
+    row.reads = graph.inputs(row.stage);
+  }
+  report.graph = true;
   return report;
 }
 
@@ -275,6 +326,10 @@ std::string explain(const Chain& chain, const Plan& plan) {
   return to_text(explain_report(chain, plan));
 }
 
+std::string explain(const Graph& graph, const Plan& plan) {
+  return to_text(explain_report(graph, plan));
+}
+
 double StepMemory::max_saving_fraction() const {
   const int64_t total = total_store_all_bytes();
   return total > 0 ? static_cast<double>(max_saving_bytes()) /
@@ -291,6 +346,16 @@ StepMemory step_memory(const Chain& chain) {
   if (chain.size() <= kMaxExactStages) {
     memory.least_peak_bytes = min_feasible_budget_bytes(chain);
   }
+  return memory;
+}
+
+StepMemory step_memory(const Graph& graph) {
+  StepMemory memory;
+  memory.model_state = graph.model_state();
+  memory.input_bytes = graph.input_bytes();
+  memory.store_all_peak_bytes =
+      simulate(graph, solve_store_all(graph)).peak_bytes;
+  memory.least_peak_bytes = min_feasible_budget_bytes(graph);
   return memory;
 }
 

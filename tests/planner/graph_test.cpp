@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "remat/planner/explain.h"
 #include "remat/planner/graph.h"
 #include "remat/planner/json.h"
 #include "remat/planner/simulate.h"
@@ -443,6 +444,35 @@ TEST(GraphJson, RoundTripsAndNamesWhatIsWrong) {
           R"(, "inputs": [0]}]})")
           .find("stage 0 reads 0"),
       std::string::npos);
+}
+
+}  // namespace
+}  // namespace remat::planner
+
+namespace remat::planner {
+namespace {
+
+TEST(GraphExplain, ReportsReadsKeepsAndTheSimulatedPeak) {
+  const Graph graph(
+      {cost(10, 16), cost(20, 20), cost(5, 7)}, {{-1}, {0}, {0, 1}}, 4);
+  const Plan plan = plan_from_string("N0 R1 R2 B2 B1 R0 B0");
+  const ExplainReport report = explain_report(graph, plan);
+  ASSERT_TRUE(report.valid);
+  EXPECT_TRUE(report.graph);
+  EXPECT_EQ(report.stages[2].reads, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(report.stages[0].forwards, 2);
+  EXPECT_EQ(report.recomputed_forwards, 1);
+  EXPECT_EQ(report.stages[1].keeps, "record (stored from the first forward)");
+  EXPECT_EQ(report.peak_bytes, simulate(graph, plan).peak_bytes);
+  EXPECT_EQ(report.store_all_peak_bytes, 82);
+  EXPECT_EQ(report.start_bytes, 4);
+  const std::string text = explain(graph, plan);
+  EXPECT_NE(text.find("reads"), std::string::npos) << text;
+  EXPECT_NE(text.find("0,1"), std::string::npos) << text;
+  EXPECT_NE(text.find("in "), std::string::npos) << text;
+  EXPECT_EQ(
+      explain_report(graph, plan_from_string("R0 B0")).error,
+      simulate(graph, plan_from_string("R0 B0")).error);
 }
 
 }  // namespace

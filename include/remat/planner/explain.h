@@ -1,4 +1,5 @@
-// remat/planner/explain.h: a plan on a chain, as a table people read.
+// remat/planner/explain.h: a plan on a chain or a graph, as a table people
+// read.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "remat/planner/chain.h"
+#include "remat/planner/graph.h"
 #include "remat/planner/plan.h"
 
 namespace remat::planner {
@@ -26,6 +28,8 @@ struct ExplainStage {
   /// What the plan keeps of it, in words: "record (stored from the first
   /// forward)", "input x_3 (checkpoint, 1.0 KiB)", ...
   std::string keeps;
+  /// On a graph: what the stage reads (Graph::inputs; -1 the input).
+  std::vector<int64_t> reads;
 };
 
 /// One op of the plan as simulate() replays it.
@@ -57,6 +61,8 @@ struct ExplainReport {
   int64_t resident_bytes = 0;
   int64_t peak_gathered_bytes = 0;
   std::string peak_at;
+  /// Whether the report is of a graph (then stages carry `reads`).
+  bool graph = false;
 };
 
 /// The report of `plan` on `chain` (see explain() for its parts). An invalid
@@ -64,6 +70,10 @@ struct ExplainReport {
 /// std::bad_alloc.
 ExplainReport explain_report(const Chain& chain, const Plan& plan);
 
+/// The same report of `plan` on `graph`: stage rows also say what each
+/// stage reads ("reads": stage indices, "in" for the graph input); no
+/// parameter split (graphs are not sharded).
+ExplainReport explain_report(const Graph& graph, const Plan& plan);
 /// The report as the text explain() returns.
 std::string to_text(const ExplainReport& report);
 
@@ -84,6 +94,8 @@ std::string to_text(const ExplainReport& report);
 // clang-format on
 std::string explain(const Chain& chain, const Plan& plan);
 
+/// The report of a plan on a graph (explain_report(graph, plan) as text).
+std::string explain(const Graph& graph, const Plan& plan);
 /// The same report written to `out`.
 void explain(std::ostream& out, const Chain& chain, const Plan& plan);
 
@@ -116,6 +128,9 @@ struct StepMemory {
 
 /// The step memory of `chain`. Never throws except std::bad_alloc.
 StepMemory step_memory(const Chain& chain);
+/// The step memory of `graph` (the least peak: the graph solvers'
+/// min_feasible_budget_bytes). Never throws except std::bad_alloc.
+StepMemory step_memory(const Graph& graph);
 
 /// step_memory() as the lines people read: each kind, the totals, and
 /// whether checkpointing can help ("activations dominate" when it can save
