@@ -38,7 +38,7 @@
 
 namespace remat {
 namespace detail {
-struct GraphProgram;
+struct PlanProgram;
 }  // namespace detail
 
 /// The index that names the graph's input in GraphStage::inputs.
@@ -156,7 +156,7 @@ class PlannedGraphImpl : public torch::nn::Module {
   planner::Plan plan_;
   PlannedGraphOptions options_;
   planner::Graph structure_;  // the stages' inputs with unit costs
-  std::shared_ptr<const detail::GraphProgram> program_;  // made on first use
+  std::shared_ptr<const detail::PlanProgram> program_;  // made on first use
 };
 TORCH_MODULE(PlannedGraph);
 

@@ -1,25 +1,31 @@
-// plan_executor.cpp: one autograd node that executes a whole plan.
+// plan_executor.cpp: one autograd node that executes a whole plan, on a
+// chain or a graph of stages.
 //
 // NOTE: [Plan execution]
-// run_plan() executes the plan's forward phase (every op before the first
-// kBackward) and returns the chain output x_L, whose grad_fn is a
+// run_program() executes the plan's forward phase (every op before the first
+// kBackward) and returns the output of the last stage, whose grad_fn is a
 // PlanBackward node; that node's apply() executes the rest of the plan. The
-// executor mirrors planner::Replay op by op: after each op it drops every
-// value and record the memory model no longer holds (NOTE: [The memory model]
-// in src/planner/simulate.cpp), so what is alive is exactly what simulate()
-// counts:
-//  - kForwardNoSave / kForwardCheckpoint run the stage under no-grad on the
-//    held x_i and hold x_{i+1} as a plain tensor.
-//  - kForwardRecord runs the stage with grad on a detached leaf aliasing x_i
-//    (requiring grad unless x_i is a non-float or an input that does not), so
-//    the stage's graph is kept apart from the caller's; R_i = (leaf, output),
-//    and x_{i+1} is an alias of that output.
+// executor follows the graph memory model op by op (NOTE: [The memory model
+// on graphs] in src/planner/graph_simulate.cpp; on a chain it is the chain
+// model): after each op it drops the values planner::released_values names,
+// and a stage's backward frees its record, so what is alive is exactly what
+// simulate() counts:
+//  - kForwardNoSave / kForwardCheckpoint run the stage under no-grad on its
+//    held inputs and hold its output as a plain tensor.
+//  - kForwardRecord runs the stage with grad on detached leaves aliasing its
+//    distinct inputs (each requiring grad unless it is a non-float or an
+//    input that does not), so the stage's graph is kept apart from the
+//    caller's; R_i = (leaves, output), and x_{i+1} is an alias of that
+//    output.
 //  - kForwardSelective does the same inside a non-reentrant checkpoint region
 //    with the chain's selective policy (record_stage): R_i holds only what
 //    the policy keeps, and the stage's backward starts by recomputing the
 //    rest (the region's own recomputation, which preserves the buffers).
 //  - kBackward runs the stage's backward from output_i with g_{i+1}
-//    (run_stage_backward); g_i is read from the leaf's .grad. The executor
+//    (run_stage_backward); each input's gradient is read from its leaf's
+//    .grad and, for a value several stages read, accumulated in place in
+//    the order of their backwards (the last reader first, as autograd
+//    orders a plain backward, so the sums are bitwise the same). The executor
 //    hands x_{i+1} and g_{i+1} over to autograd instead of holding them for
 //    the whole stage backward, so each is freed as soon as the node that
 //    uses it has run, as in a plain backward (the model's R_i and g_{i+1} are
@@ -57,6 +63,7 @@
 #include "checkpoint/recompute_context.h"
 #include "compat/compat.h"
 #include "remat/checkpoint.h"
+#include "remat/planner/graph.h"
 #include "remat/planner/simulate.h"
 
 namespace remat::detail {
@@ -66,76 +73,89 @@ using planner::OpKind;
 
 /// What a recorded forward of one stage leaves alive for its backward.
 struct StageRecord {
-  torch::Tensor input;   // leaf aliasing x_i
-  torch::Tensor output;  // x_{i+1}, carrying the stage's graph
+  std::vector<torch::Tensor> leaves;  // one per distinct input value
+  torch::Tensor output;               // x_{i+1}, carrying the stage's graph
 };
 
-/// The state of one execution of a plan: one per forward() call.
+/// The part of a planned execution that runs in the backward pass.
+class BackwardPhase {
+ public:
+  virtual ~BackwardPhase() = default;
+  /// Runs the rest of the plan with the gradient of the planned output;
+  /// returns the gradient of the planned input (undefined if none).
+  virtual torch::Tensor run_backward_phase(torch::Tensor grad_output) = 0;
+};
+
+/// One execution of a program: one per forward() call.
 class PlanExecution : public BackwardPhase {
  public:
   PlanExecution(
-      std::shared_ptr<const std::vector<Stage>> stages,
-      const planner::Plan& plan,
-      const torch::Tensor& input,
-      Policy selective_policy)
-      : plan_(plan),
-        selective_policy_(std::move(selective_policy)),
-        chain_(unit_chain(static_cast<int64_t>(stages->size()))),
-        replay_(chain_),
-        input_requires_grad_(input.requires_grad()),
-        stages_(std::move(stages)) {
-    const int64_t stages_count = chain_.size();
-    values_.resize(stages_count + 1);
-    records_.resize(stages_count);
-    first_forward_.resize(stages_count);
+      std::shared_ptr<const PlanProgram> program, const torch::Tensor& input)
+      : program_(std::move(program)),
+        input_requires_grad_(input.requires_grad()) {
+    const int64_t n = program_->structure.size();
+    values_.resize(n + 1);
+    grads_.resize(n + 1);
+    records_.resize(n);
+    first_forward_.resize(n);
     values_[0] = input.detach();
   }
   PlanExecution(const PlanExecution&) = delete;
   PlanExecution& operator=(const PlanExecution&) = delete;
 
-  /// Runs the ops before the first backward; returns x_L with its graph.
+  /// Runs the ops before the first backward; returns the last stage's
+  /// output with its graph.
   torch::Tensor run_forward_phase() {
-    while (next_op_ < plan_.ops.size() &&
-           plan_.ops[next_op_].kind != OpKind::kBackward) {
-      run_op(plan_.ops[next_op_++]);
+    const auto& ops = program_->plan.ops;
+    while (next_op_ < ops.size() && ops[next_op_].kind != OpKind::kBackward) {
+      run_op(next_op_++);
     }
-    const int64_t last = chain_.size() - 1;
-    TORCH_INTERNAL_ASSERT(replay_.recorded(last));
-    return records_[last].output;
+    TORCH_INTERNAL_ASSERT(records_.back().output.defined());
+    return records_.back().output;
   }
 
-  /// Runs the remaining ops with `grad_output` as g_L; returns g_0.
   torch::Tensor run_backward_phase(torch::Tensor grad_output) override {
-    grad_ = std::move(grad_output);
-    while (next_op_ < plan_.ops.size()) {
-      run_op(plan_.ops[next_op_++]);
+    grads_.back() = std::move(grad_output);
+    while (next_op_ < program_->plan.ops.size()) {
+      run_op(next_op_++);
     }
-    TORCH_INTERNAL_ASSERT(replay_.finished());
-    return std::move(grad_);
+    return std::move(grads_[0]);
   }
 
  private:
-  void run_op(const planner::Op& op) {
+  void run_op(size_t k) {
+    const planner::Op& op = program_->plan.ops[k];
     const int64_t i = op.stage;
     if (op.kind == OpKind::kBackward) {
       run_backward(i);
-    } else if (
-        op.kind == OpKind::kForwardRecord ||
-        op.kind == OpKind::kForwardSelective) {
-      StageRecord record;
-      record.input = values_[i].detach();
-      if (record.input.is_floating_point() && (i > 0 || input_requires_grad_)) {
-        record.input.requires_grad_(true);
-      }
-      record.output = forward_stage(i, record.input, op.kind);
-      values_[i + 1] = record.output.detach();
-      records_[i] = std::move(record);
     } else {
-      values_[i + 1] = forward_stage(i, values_[i], op.kind);
+      const std::vector<int64_t>& values = program_->structure.input_values(i);
+      std::vector<torch::Tensor> inputs;
+      for (int64_t v : values) {
+        TORCH_INTERNAL_ASSERT(values_[v].defined(), "x_", v, " is not held");
+        inputs.push_back(values_[v]);
+      }
+      if (op.kind == OpKind::kForwardNoSave ||
+          op.kind == OpKind::kForwardCheckpoint) {
+        values_[i + 1] = forward_stage(i, inputs, op.kind);
+      } else {
+        StageRecord record;
+        for (size_t j = 0; j < inputs.size(); ++j) {
+          torch::Tensor leaf = inputs[j].detach();
+          if (leaf.is_floating_point() &&
+              (values[j] > 0 || input_requires_grad_)) {
+            leaf.requires_grad_(true);
+          }
+          record.leaves.push_back(std::move(leaf));
+        }
+        record.output = forward_stage(i, record.leaves, op.kind);
+        values_[i + 1] = record.output.detach();
+        records_[i] = std::move(record);
+      }
     }
-    const std::string error = replay_.apply(op);
-    TORCH_INTERNAL_ASSERT(error.empty(), "plan op rejected: ", error);
-    release_unheld(i);
+    for (int64_t v : program_->released[k]) {
+      values_[v] = torch::Tensor();
+    }
   }
 
   void run_backward(int64_t i) {
@@ -143,67 +163,67 @@ class PlanExecution : public BackwardPhase {
     records_[i] = StageRecord{};
     // x_{i+1} is an alias of the record's output: let autograd free it.
     values_[i + 1] = torch::Tensor();
-    torch::Tensor grad_output = std::move(grad_);
+    torch::Tensor grad_output = std::move(grads_[i + 1]);
     if (grad_output.defined() && record.output.requires_grad()) {
       run_stage_backward(std::move(record.output), std::move(grad_output));
     }
-    if (record.input.requires_grad()) {
-      grad_ = record.input.grad();
+    record.output = torch::Tensor();
+    const std::vector<int64_t>& values = program_->structure.input_values(i);
+    for (size_t j = 0; j < values.size(); ++j) {
+      torch::Tensor& leaf = record.leaves[j];
+      if (!leaf.requires_grad() || !leaf.grad().defined()) {
+        continue;
+      }
+      torch::Tensor grad = leaf.grad();
+      leaf = torch::Tensor();
+      torch::Tensor& total = grads_[values[j]];
+      if (total.defined()) {
+        total.add_(grad);
+      } else {
+        total = std::move(grad);
+      }
     }
   }
 
-  /// Runs stage i on `input`; replays its first forward's RNG state and
-  /// restores its buffers if it ran before (NOTE: [Recompute and RNG]).
+  /// Runs stage i; replays its first forward's RNG state and restores its
+  /// buffers if it ran before (NOTE: [Recompute and RNG]).
   torch::Tensor forward_stage(
-      int64_t i, const torch::Tensor& input, OpKind kind) {
+      int64_t i, const std::vector<torch::Tensor>& inputs, OpKind kind) {
+    const StageCall& call = program_->calls[i];
     if (!first_forward_[i]) {
       first_forward_[i].emplace(
-          torch::autograd::variable_list{input}, /*preserve_rng=*/true);
-      const BufferWrites writes({(*stages_)[i].module});
-      torch::Tensor output = call_stage(i, input, kind);
+          torch::autograd::variable_list(inputs.begin(), inputs.end()),
+          /*preserve_rng=*/true);
+      const BufferWrites writes({call.module});
+      torch::Tensor output = call_stage(i, inputs, kind);
       first_forward_[i]->note_buffer_writes(writes);
       return output;
     }
-    RecomputeGuard guard(*first_forward_[i], {(*stages_)[i].module});
-    return call_stage(i, input, kind);
+    RecomputeGuard guard(*first_forward_[i], {call.module});
+    return call_stage(i, inputs, kind);
   }
 
-  torch::Tensor call_stage(int64_t i, const torch::Tensor& input, OpKind kind) {
-    const Stage& stage = (*stages_)[i];
+  torch::Tensor call_stage(
+      int64_t i, const std::vector<torch::Tensor>& inputs, OpKind kind) {
+    const StageCall& call = program_->calls[i];
     if (kind == OpKind::kForwardRecord) {
-      return record_stage(call_of(stage), i, {input}, Policy{});
+      return record_stage(call, i, inputs, Policy{});
     }
     if (kind == OpKind::kForwardSelective) {
-      return record_stage(call_of(stage), i, {input}, selective_policy_);
+      return record_stage(call, i, inputs, program_->selective_policy);
     }
     c10::NoGradGuard no_grad;
     UncachedAutocast uncached;  // a cast cached here has no history
-    return stage_output(stage.forward(input), i);
+    return stage_output(call.forward(inputs), i);
   }
 
-  /// Drops x_i, x_{i+1} and R_i if the model no longer holds them.
-  void release_unheld(int64_t i) {
-    for (int64_t v : {i, i + 1}) {
-      if (replay_.holding(v) == planner::Replay::Holding::kAbsent) {
-        values_[v] = torch::Tensor();
-      }
-    }
-    if (!replay_.recorded(i)) {
-      records_[i] = StageRecord{};
-    }
-  }
-
-  const planner::Plan plan_;
-  const Policy selective_policy_;  // what kForwardSelective keeps
-  const planner::Chain chain_;
-  planner::Replay replay_;  // points into chain_; never moved
-  bool input_requires_grad_;
+  const std::shared_ptr<const PlanProgram> program_;
+  const bool input_requires_grad_;
   size_t next_op_ = 0;
-  const std::shared_ptr<const std::vector<Stage>> stages_;
   std::vector<torch::Tensor> values_;  // x_v while held, else undefined
+  std::vector<torch::Tensor> grads_;   // g_v while held
   std::vector<StageRecord> records_;   // R_i while recorded
   std::vector<std::optional<RecomputeContext>> first_forward_;  // RNG, autocast
-  torch::Tensor grad_;  // the gradient in flight
 };
 
 /// The root of a stage backward: it owns the incoming gradient and hands it
@@ -354,20 +374,42 @@ torch::Tensor stage_output(torch::Tensor output, int64_t index) {
   return output;
 }
 
-torch::Tensor attach_backward_phase(
-    torch::Tensor inner_output,
+planner::Graph chain_structure(int64_t stages) {
+  return planner::graph_of(unit_chain(stages));
+}
+
+std::shared_ptr<const PlanProgram> make_program(
+    std::vector<StageCall> calls,
+    planner::Graph structure,
+    planner::Plan plan,
+    Policy selective_policy) {
+  std::vector<std::vector<int64_t>> released =
+      planner::released_values(structure, plan);
+  return std::make_shared<const PlanProgram>(PlanProgram{
+      std::move(calls),
+      std::move(structure),
+      std::move(plan),
+      std::move(released),
+      std::move(selective_policy)});
+}
+
+torch::Tensor run_program(
+    std::shared_ptr<const PlanProgram> program,
     const torch::Tensor& input,
-    std::shared_ptr<BackwardPhase> phase,
     const char* who) {
+  auto execution = std::make_shared<PlanExecution>(std::move(program), input);
+  torch::Tensor inner_output = execution->run_forward_phase();
   TORCH_CHECK(
       inner_output.is_floating_point() || inner_output.is_complex(),
-      "remat: expected a floating-point output to train through, got ",
+      who,
+      ": expected a floating-point output to train through, got ",
       inner_output.scalar_type());
   // A fresh tensor sharing the output's storage, so that the stage graph of
   // the inner output stays intact for the backward of the last stage.
   torch::Tensor output = inner_output.variable_data();
   inner_output = torch::Tensor();
-  compat::NodePtr node = compat::make_node<PlanBackward>(std::move(phase), who);
+  compat::NodePtr node =
+      compat::make_node<PlanBackward>(std::move(execution), who);
   node->set_next_edges(torch::autograd::collect_next_edges(input));
   torch::autograd::set_history(output, node);
   return output;
@@ -378,13 +420,15 @@ torch::Tensor run_plan(
     const planner::Plan& plan,
     const torch::Tensor& input,
     const Policy& selective_policy) {
-  auto execution = std::make_shared<PlanExecution>(
-      std::move(stages), plan, input, selective_policy);
-  torch::Tensor inner_output = execution->run_forward_phase();
-  return attach_backward_phase(
-      std::move(inner_output),
+  std::vector<StageCall> calls;
+  for (const Stage& stage : *stages) {
+    calls.push_back(call_of(stage));
+  }
+  const auto count = static_cast<int64_t>(calls.size());
+  return run_program(
+      make_program(
+          std::move(calls), chain_structure(count), plan, selective_policy),
       input,
-      std::move(execution),
       "remat::PlannedChain");
 }
 

@@ -10,6 +10,7 @@
 #include <torch/types.h>
 
 #include "remat/planner/chain.h"
+#include "remat/planner/graph.h"
 #include "remat/planner/plan.h"
 #include "remat/policy.h"
 #include "remat/stage.h"
@@ -58,25 +59,39 @@ torch::Tensor record_stage(
 /// c10::Error, naming the stage, if `output` is undefined.
 torch::Tensor stage_output(torch::Tensor output, int64_t index);
 
-/// The part of a planned execution that runs in the backward pass.
-class BackwardPhase {
- public:
-  virtual ~BackwardPhase() = default;
-  /// Runs the rest of the plan with `grad_output`, the gradient of the
-  /// planned output; returns the gradient of the planned input (undefined
-  /// if it needs none).
-  virtual torch::Tensor run_backward_phase(torch::Tensor grad_output) = 0;
+/// A plan bound to the stages it runs: what every execution of it shares.
+struct PlanProgram {
+  std::vector<StageCall> calls;  ///< the stages
+  planner::Graph structure;      ///< what they read (unit costs)
+  planner::Plan plan;            ///< valid for `structure`
+  /// planner::released_values(structure, plan): what each op lets go.
+  std::vector<std::vector<int64_t>> released;
+  Policy selective_policy;  ///< what kForwardSelective keeps
 };
 
-/// The planned output: a fresh tensor sharing `inner_output`'s storage whose
-/// grad_fn (named `who` + "Backward", with `input`'s edges) runs `phase` in
-/// one step (NOTE: [Plan execution]). Throws c10::Error unless
-/// `inner_output` is floating point or complex.
-torch::Tensor attach_backward_phase(
-    torch::Tensor inner_output,
+/// A program of `calls` under `plan`. Throws std::invalid_argument (from
+/// planner::released_values) unless the plan is valid for `structure`.
+/// REQUIRES: one call per stage of `structure`; a selective policy if the
+/// plan has kForwardSelective ops.
+std::shared_ptr<const PlanProgram> make_program(
+    std::vector<StageCall> calls,
+    planner::Graph structure,
+    planner::Plan plan,
+    Policy selective_policy);
+
+/// Runs the forward phase of `program` (every op before the first
+/// backward) on `input` (the graph input x_0) and returns the last stage's
+/// output, whose grad_fn (named `who` + "Backward", with `input`'s edges)
+/// runs the rest of the plan in one step (NOTE: [Plan execution]).
+/// REQUIRES: grad mode on. Throws c10::Error, naming `who`, unless the
+/// output is floating point or complex.
+torch::Tensor run_program(
+    std::shared_ptr<const PlanProgram> program,
     const torch::Tensor& input,
-    std::shared_ptr<BackwardPhase> phase,
     const char* who);
+
+/// The structure of a chain of `stages` stages, as a graph with unit costs.
+planner::Graph chain_structure(int64_t stages);
 
 /// Runs the forward phase of `plan` (every op before the first backward) over
 /// `stages` on `input` and returns the chain output. Its grad_fn runs the rest
