@@ -312,3 +312,108 @@ TEST(PlannedGraph, RefusesBadGraphsNamingTheStage) {
 }
 
 }  // namespace
+
+namespace {
+
+// Hostile shapes of graphs, each run under every schedule of one way for
+// all stages and of each stage alone recomputed: a stage that returns its
+// input as is (the output aliases the input), a stage that reads one value
+// twice and the graph input again, a last stage that reads the input, an
+// input that needs no gradient, and a graph of one stage.
+TEST(PlannedGraph, HostileShapesMatchThePlainRun) {
+  torch::manual_seed(7);
+  torch::nn::Linear a(6, 6);
+  torch::nn::Linear b(6, 6);
+  using In = const std::vector<torch::Tensor>&;
+  const std::vector<remat::GraphStage> stages = {
+      {[a](In in) mutable { return torch::tanh(a(in[0])); }, a.ptr(), {-1}},
+      {[](In in) { return in[0]; }, nullptr, {0}},  // aliases its input
+      {[b](In in) mutable {
+         return b(in[0]) * in[1] + in[0] + in[2].sum(1, true);
+       },
+       b.ptr(),
+       {1, 1, -1, 0}},
+      {[](In in) { return torch::dropout(in[0], 0.3, true) + in[1]; },
+       nullptr,
+       {2, -1}},
+  };
+  const std::vector<remat::GraphStage> single = {
+      {[a](In in) mutable { return a(in[0]); }, a.ptr(), {-1}}};
+  torch::nn::ModuleList modules;
+  modules->push_back(a);
+  modules->push_back(b);
+  for (const auto& graph_stages : {stages, single}) {
+    for (bool input_grad : {true, false}) {
+      SCOPED_TRACE(
+          "stages " + std::to_string(graph_stages.size()) + ", input grad " +
+          std::to_string(input_grad));
+      const torch::Tensor input = torch::randn({5, 6});
+      const auto run =
+          [&](const std::function<torch::Tensor(torch::Tensor)>& forward) {
+            for (auto& p : modules->parameters()) {
+              p.mutable_grad() = torch::Tensor();
+            }
+            torch::Tensor x = input.clone().requires_grad_(input_grad);
+            torch::manual_seed(3);
+            forward(x).pow(2).sum().backward();
+            std::vector<torch::Tensor> grads = grads_of(*modules);
+            grads.push_back(x.grad());
+            return grads;
+          };
+      const auto plain = run(
+          [&](torch::Tensor x) { return remat::run_graph(graph_stages, x); });
+      const remat::planner::Graph structure = remat::profile_graph(
+          graph_stages, input, remat::ProfileOptions().warmup(0).repeats(1));
+      using remat::planner::StageMode;
+      const auto n = static_cast<size_t>(structure.size());
+      std::vector<std::vector<StageMode>> assignments{
+          std::vector<StageMode>(n, StageMode::kRecord),
+          std::vector<StageMode>(n, StageMode::kCheckpoint),
+          std::vector<StageMode>(n, StageMode::kRecompute)};
+      for (size_t i = 0; i + 1 < n; ++i) {
+        std::vector<StageMode> one(n, StageMode::kRecord);
+        one[i] = StageMode::kRecompute;
+        assignments.push_back(one);
+      }
+      for (const auto& modes : assignments) {
+        const remat::planner::Plan plan =
+            remat::planner::schedule_graph(structure, modes);
+        SCOPED_TRACE(plan.to_string());
+        remat::PlannedGraph net(graph_stages, plan);
+        const auto planned =
+            run([&](torch::Tensor x) { return net->forward(x); });
+        ASSERT_EQ(planned.size(), plain.size());
+        for (size_t k = 0; k < plain.size(); ++k) {
+          EXPECT_TRUE(remat::testing::bitwise_equal_or_both_undefined(
+              planned[k], plain[k]))
+              << "gradient " << k;
+        }
+        EXPECT_EQ(planned.back().defined(), input_grad);
+      }
+    }
+  }
+}
+
+// One backward per forward, and no torch::autograd::grad.
+TEST(PlannedGraph, RefusesASecondBackwardAndAutogradGrad) {
+  SkipGraph graph;
+  const remat::planner::Graph profiled = remat::profile_graph(
+      graph.stages, graph.input, remat::ProfileOptions().warmup(0).repeats(1));
+  remat::PlannedGraph net(
+      graph.stages, remat::planner::solve_store_all(profiled));
+  torch::Tensor loss = net->forward(graph.input).sum();
+  loss.backward({}, /*retain_graph=*/true);
+  EXPECT_NE(
+      message_of([&] {
+        loss.backward();
+      }).find("expected one backward per forward"),
+      std::string::npos);
+  torch::Tensor again = net->forward(graph.input).sum();
+  EXPECT_NE(
+      message_of([&] { torch::autograd::grad({again}, {graph.input}); })
+          .find("torch::autograd::grad and backward(inputs=...) are not "
+                "supported"),
+      std::string::npos);
+}
+
+}  // namespace
