@@ -2,7 +2,6 @@
 // trace (profile_chain, fit_batch).
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -77,13 +76,6 @@ inline void synchronize(c10::Device device) {
     // device-to-host copy of a scalar is the portable way to wait.
     torch::zeros({1}, torch::TensorOptions().device(device)).cpu();
   }
-}
-
-/// Milliseconds since `start`.
-inline double elapsed_ms(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now() - start)
-      .count();
 }
 
 }  // namespace remat::detail

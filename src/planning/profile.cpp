@@ -35,7 +35,6 @@
 #include "remat/planner/statistics.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <unordered_set>
@@ -52,6 +51,7 @@
 #include "model_state.h"
 #include "plan_executor.h"
 #include "remat/graph.h"
+#include "remat/measure/timer.h"
 #include "remat/memory_meter.h"
 
 namespace remat {
@@ -109,14 +109,14 @@ struct RecordCost {
     torch::Tensor grad_output = torch::ones_like(output);
     detail::synchronize(device);
     meter.reset();
-    const auto start = std::chrono::steady_clock::now();
+    const measure::Timer timer;
     if (output.requires_grad()) {
       // As the executor: output and gradient are handed to autograd.
       detail::run_stage_backward(std::move(output), std::move(grad_output));
     }
     detail::synchronize(device);
     if (run.timed) {
-      backward_times.push_back(detail::elapsed_ms(start));
+      backward_times.push_back(timer.elapsed_ms());
     }
     backward_tmp_bytes = std::max<int64_t>(
         backward_tmp_bytes, meter.peak_delta_bytes() - run.gradient_bytes);
@@ -167,7 +167,7 @@ planner::StageCost measure_stage(
       detail::synchronize(device);
       const detail::BufferWrites writes({call.module});
       meter.reset();
-      const auto start = std::chrono::steady_clock::now();
+      const measure::Timer timer;
       torch::Tensor output;
       {
         c10::NoGradGuard no_grad;
@@ -177,7 +177,7 @@ planner::StageCost measure_stage(
           std::max(backup_bytes, detail::own_buffer_bytes(writes.written()));
       detail::synchronize(device);
       if (timed) {
-        forward_times.push_back(detail::elapsed_ms(start));
+        forward_times.push_back(timer.elapsed_ms());
       }
       cost.output_bytes = static_cast<int64_t>(output.nbytes());
       cost.forward_tmp_bytes = std::max<int64_t>(
