@@ -13,12 +13,6 @@ namespace detail {
 planner::Graph graph_structure(
     const char* who, const std::vector<GraphStage>& stages) {
   TORCH_CHECK(!stages.empty(), who, ": expected at least one stage, got none");
-  planner::StageCost unit;
-  unit.forward_ms = 1;
-  unit.backward_ms = 1;
-  unit.output_bytes = 1;
-  unit.saved_bytes = 1;
-  unit.selective = planner::SelectiveCost{1, 0, 0, 0};
   std::vector<std::vector<int64_t>> inputs;
   for (size_t i = 0; i < stages.size(); ++i) {
     TORCH_CHECK(
@@ -31,7 +25,7 @@ planner::Graph graph_structure(
   }
   try {
     return planner::Graph(
-        std::vector<planner::StageCost>(stages.size(), unit),
+        std::vector<planner::StageCost>(stages.size(), unit_cost()),
         std::move(inputs),
         /*input_bytes=*/1);
   } catch (const std::invalid_argument& error) {

@@ -308,15 +308,19 @@ void run_stage_backward(torch::Tensor output, torch::Tensor grad_output) {
       /*accumulate_grad=*/true);
 }
 
-planner::Chain unit_chain(int64_t stages) {
+planner::StageCost unit_cost() {
   planner::StageCost unit;
   unit.forward_ms = 1;
   unit.backward_ms = 1;
   unit.output_bytes = 1;
   unit.saved_bytes = 1;
   unit.selective = planner::SelectiveCost{1, 0, 0, 0};
+  return unit;
+}
+
+planner::Chain unit_chain(int64_t stages) {
   return planner::Chain(
-      std::vector<planner::StageCost>(static_cast<size_t>(stages), unit),
+      std::vector<planner::StageCost>(static_cast<size_t>(stages), unit_cost()),
       /*input_bytes=*/1);
 }
 

@@ -21,6 +21,10 @@ namespace remat::detail {
 /// plan's structure (stage range, order, completeness) for that many stages.
 planner::Chain unit_chain(int64_t stages);
 
+/// The cost of every stage of unit_chain() and of the structures the
+/// executors check plans on: 1 ms, 1 byte, with a selective way.
+planner::StageCost unit_cost();
+
 /// The backward of one recorded stage, as the executor runs it (and as
 /// profile_chain measures it): `output` (x_{i+1}, carrying the stage's graph)
 /// receives `grad_output` (g_{i+1}); leaves accumulate their gradients in
