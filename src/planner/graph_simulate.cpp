@@ -41,6 +41,8 @@
 #include <string>
 #include <vector>
 
+#include "replay_loop.h"
+
 namespace remat::planner {
 namespace {
 
@@ -226,20 +228,8 @@ class GraphReplay {
   }
 
   std::string backward_error(int64_t i) const {
-    if (next_backward_ < 0) {
-      return "backward of stage " + std::to_string(i) +
-             " after every backward has run";
-    }
-    if (i != next_backward_) {
-      return "backward of stage " + std::to_string(i) +
-             " out of order, expected the backward of stage " +
-             std::to_string(next_backward_);
-    }
-    if (recorded_[i] == kNotRecorded) {
-      return "backward of stage " + std::to_string(i) +
-             ", which is not recorded";
-    }
-    return "";
+    return detail::backward_order_error(
+        i, next_backward_, recorded_[i] != kNotRecorded);
   }
 
   void run_backward(int64_t i) {
@@ -300,52 +290,23 @@ class GraphReplay {
   std::vector<int64_t> released_;
 };
 
-/// Runs `plan` on `graph`; calls on_op(k, replay) after each applied op.
-template <typename OnOp>
-Simulation replay_graph(const Graph& graph, const Plan& plan, OnOp on_op) {
-  GraphReplay replay(graph, plan);
-  Simulation result;
-  result.live_after_bytes.reserve(plan.ops.size());
-  result.op_peak_bytes.reserve(plan.ops.size());
-  for (size_t k = 0; k < plan.ops.size(); ++k) {
-    const Op& op = plan.ops[k];
-    const std::string error = replay.apply(k);
-    if (!error.empty()) {
-      result.error = "op " + std::to_string(k) + " (" +
-                     op_kind_letter(op.kind) + std::to_string(op.stage) +
-                     "): " + error;
-      result.peak_bytes = replay.peak_bytes();
-      result.time_ms = replay.time_ms();
-      return result;
-    }
-    result.live_after_bytes.push_back(replay.current_bytes());
-    result.op_peak_bytes.push_back(replay.last_op_peak_bytes());
-    on_op(k, replay);
-  }
-  result.peak_bytes = replay.peak_bytes();
-  result.time_ms = replay.time_ms();
-  if (!replay.finished()) {
-    result.error = "the plan ends before the backward of stage " +
-                   std::to_string(replay.next_backward_stage());
-    return result;
-  }
-  result.valid = true;
-  return result;
-}
-
 }  // namespace
 
 Simulation simulate(const Graph& graph, const Plan& plan) {
-  return replay_graph(graph, plan, [](size_t, const GraphReplay&) {});
+  GraphReplay replay(graph, plan);
+  return detail::replay_plan(
+      plan, replay, [&](size_t k) { return replay.apply(k); }, [](size_t) {});
 }
 
 std::vector<std::vector<int64_t>> released_values(
     const Graph& graph, const Plan& plan) {
   std::vector<std::vector<int64_t>> released(plan.ops.size());
-  const Simulation simulation =
-      replay_graph(graph, plan, [&](size_t k, const GraphReplay& replay) {
-        released[k] = replay.released();
-      });
+  GraphReplay replay(graph, plan);
+  const Simulation simulation = detail::replay_plan(
+      plan,
+      replay,
+      [&](size_t k) { return replay.apply(k); },
+      [&](size_t k) { released[k] = replay.released(); });
   if (!simulation.valid) {
     throw std::invalid_argument(
         "remat::planner::released_values: the plan is not valid for the "

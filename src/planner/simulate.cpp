@@ -49,6 +49,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "replay_loop.h"
+
 namespace remat::planner {
 namespace {
 
@@ -133,17 +135,10 @@ std::string Replay::apply(const Op& op) {
 }
 
 std::string Replay::backward_error(int64_t i) const {
-  if (next_backward_ < 0) {
-    return "backward of stage " + std::to_string(i) +
-           " after every backward has run";
-  }
-  if (i != next_backward_) {
-    return "backward of stage " + std::to_string(i) +
-           " out of order, expected the backward of stage " +
-           std::to_string(next_backward_);
-  }
-  if (recorded_[i] == kNotRecorded) {
-    return "backward of stage " + std::to_string(i) + ", which is not recorded";
+  if (std::string error = detail::backward_order_error(
+          i, next_backward_, recorded_[i] != kNotRecorded);
+      !error.empty()) {
+    return error;
   }
   if (holding_[i] == Holding::kAbsent) {
     return "backward of stage " + std::to_string(i) + " needs " +
@@ -245,33 +240,11 @@ void Replay::run_forward(const Op& op) {
 
 Simulation simulate(const Chain& chain, const Plan& plan) {
   Replay replay(chain);
-  Simulation result;
-  result.live_after_bytes.reserve(plan.ops.size());
-  result.op_peak_bytes.reserve(plan.ops.size());
-  for (size_t k = 0; k < plan.ops.size(); ++k) {
-    const Op& op = plan.ops[k];
-    std::string error = replay.apply(op);
-    if (error.empty()) {
-      result.live_after_bytes.push_back(replay.current_bytes());
-      result.op_peak_bytes.push_back(replay.last_op_peak_bytes());
-    } else {
-      result.error = "op " + std::to_string(k) + " (" +
-                     op_kind_letter(op.kind) + std::to_string(op.stage) +
-                     "): " + error;
-      result.peak_bytes = replay.peak_bytes();
-      result.time_ms = replay.time_ms();
-      return result;
-    }
-  }
-  result.peak_bytes = replay.peak_bytes();
-  result.time_ms = replay.time_ms();
-  if (!replay.finished()) {
-    result.error = "the plan ends before the backward of stage " +
-                   std::to_string(replay.next_backward_stage());
-    return result;
-  }
-  result.valid = true;
-  return result;
+  return detail::replay_plan(
+      plan,
+      replay,
+      [&](size_t k) { return replay.apply(plan.ops[k]); },
+      [](size_t) {});
 }
 
 }  // namespace remat::planner
