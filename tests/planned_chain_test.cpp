@@ -85,39 +85,12 @@ struct MaskedChain {
   }
 
   // rng_after is not kept: the chains are compared on gradients and buffers.
-  struct Step : remat::testing::TrainingStep {
-    int64_t activation_peak_bytes = 0;
-  };
+  using Step = remat::testing::MeasuredStep;
 
   /// One training step from the initial buffers, seed 99.
   Step step(const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
-    {
-      torch::NoGradGuard no_grad;
-      auto buffers = modules->buffers();
-      for (size_t i = 0; i < buffers.size(); ++i) {
-        buffers[i].copy_(initial_buffers[i]);
-      }
-      for (auto& parameter : modules->parameters()) {
-        parameter.mutable_grad() = torch::zeros_like(parameter);
-      }
-    }
-    torch::Tensor x = input.detach().requires_grad_(true);
-    torch::manual_seed(99);
-    Step result;
-    {
-      remat::MemoryMeter meter;
-      torch::Tensor loss = forward(x).sum();
-      loss.backward();
-      // The scalar loss and its seed gradient are outside the chain.
-      result.activation_peak_bytes =
-          meter.peak_delta_bytes() - 2 * static_cast<int64_t>(loss.nbytes());
-    }
-    result.param_grads = grads_of(*modules);
-    result.input_grad = x.grad();
-    for (const auto& buffer : modules->buffers()) {
-      result.buffers.push_back(buffer.clone());
-    }
-    return result;
+    return remat::testing::measured_step(
+        *modules, initial_buffers, input, forward);
   }
 
   torch::Tensor plain(const torch::Tensor& x) const {

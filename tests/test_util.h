@@ -2,13 +2,16 @@
 // against a reference with the maximum difference reported on failure.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "remat/memory_meter.h"
 #include "remat/planner/chain.h"
 
 namespace remat::testing {
@@ -105,6 +108,51 @@ inline void expect_same_step(
     EXPECT_TRUE(bitwise_equal(expected.rng_after, actual.rng_after))
         << "the random stream ends elsewhere than after the expected step";
   }
+}
+
+/// A TrainingStep with its measured activation peak.
+struct MeasuredStep : TrainingStep {
+  /// The MemoryMeter's peak over forward + loss + backward, less the scalar
+  /// loss and its seed gradient (outside the planned model).
+  int64_t activation_peak_bytes = 0;
+};
+
+/// One training step of `forward` (loss: the sum of its output) on a copy of
+/// `input` that requires grad, from `initial_buffers` (the buffers of
+/// `modules`, restored first), with zeroed parameter gradients allocated
+/// beforehand and seed 99: the gradients, the buffers after the step and
+/// the activation peak.
+inline MeasuredStep measured_step(
+    torch::nn::Module& modules,
+    const std::vector<torch::Tensor>& initial_buffers,
+    const torch::Tensor& input,
+    const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+  {
+    torch::NoGradGuard no_grad;
+    auto buffers = modules.buffers();
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      buffers[i].copy_(initial_buffers[i]);
+    }
+    for (auto& parameter : modules.parameters()) {
+      parameter.mutable_grad() = torch::zeros_like(parameter);
+    }
+  }
+  torch::Tensor x = input.detach().requires_grad_(true);
+  torch::manual_seed(99);
+  MeasuredStep result;
+  {
+    remat::MemoryMeter meter;
+    torch::Tensor loss = forward(x).sum();
+    loss.backward();
+    result.activation_peak_bytes =
+        meter.peak_delta_bytes() - 2 * static_cast<int64_t>(loss.nbytes());
+  }
+  result.param_grads = grads_of(modules);
+  result.input_grad = x.grad();
+  for (const auto& buffer : modules.buffers()) {
+    result.buffers.push_back(buffer.clone());
+  }
+  return result;
 }
 
 /// A small heterogeneous chain (6 stages, fixed costs) whose costs make
