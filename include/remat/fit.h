@@ -14,7 +14,10 @@
 // and one training step at that size, run by PlannedChain under the plan, is
 // measured (a measured peak over the cap moves it down again). So every
 // answer returned was seen to fit, and its time per sample is a measured
-// one. How: docs/planned_execution.md.
+// one. How: docs/planned_execution.md. fit_size() also takes a graph of
+// stages (remat/graph.h, a U-Net): the same search with the graph's
+// strategies (no checkpointing, every stage checkpointed, the optimal graph
+// plan), each step run by PlannedGraph.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,7 @@
 #include <torch/arg.h>
 #include <torch/types.h>
 
+#include "remat/graph.h"
 #include "remat/planner/plan.h"
 #include "remat/profile.h"
 #include "remat/stage.h"
@@ -63,7 +67,9 @@ struct FitOptions {
 
 /// The largest size one strategy trains under the cap.
 struct FitAnswer {
-  std::string strategy;  ///< "none", "checkpoint_sequential", "optimal"
+  /// "none", "checkpoint_sequential", "optimal"; for a graph "none",
+  /// "per-block", "optimal".
+  std::string strategy;
   /// The size fitted: the batch for fit_batch(), make_problem's argument for
   /// fit_size(). 0: not even the smallest size considered fits.
   int64_t size = 0;
@@ -177,6 +183,40 @@ struct FitSizeOptions {
 /// undefined input, and as profile_chain.
 std::vector<FitAnswer> fit_size(
     const std::function<FitProblem(int64_t)>& make_problem,
+    int64_t cap_bytes,
+    const FitSizeOptions& options = {});
+
+/// One size of a graph problem fit_size() searches: the graph's stages at
+/// that size and an input of that size.
+struct GraphFitProblem {
+  std::vector<GraphStage> stages;
+  torch::Tensor input;
+};
+
+/// fit_size() on a graph of stages (remat/graph.h): for each strategy (no
+/// checkpointing; "per-block", every stage checkpointed as
+/// planner::schedule_graph with StageMode::kCheckpoint on every stage
+/// schedules it; the optimal graph plan, planner::solve_optimal at the cap),
+/// the largest size n in [probe_size, max_size] whose training step, run by
+/// PlannedGraph, stays under `cap_bytes` (activations plus the input),
+/// measured. The same model, search and checks as for a chain; a size must
+/// keep the graph's structure (each stage's inputs). Answers come in that
+/// order; each was verified by a measured step. Graphs have no selective
+/// costs here (ProfileOptions::selective_policy is not used).
+///
+/// Example (a U-Net over its image edge, in multiples of 2^levels):
+// clang-format off
+///   auto answers = remat::fit_size(
+///       [&](int64_t k) {
+///         return remat::GraphFitProblem{unet->stages(),
+///                                       torch::randn({4, 1, 8 * k, 8 * k})};
+///       },
+///       64LL << 20, remat::FitSizeOptions().probe_size(1).max_size(64));
+// clang-format on
+///
+/// Throws c10::Error as the chain's fit_size(), and as profile_graph.
+std::vector<FitAnswer> fit_size(
+    const std::function<GraphFitProblem(int64_t)>& make_problem,
     int64_t cap_bytes,
     const FitSizeOptions& options = {});
 

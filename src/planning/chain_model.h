@@ -1,6 +1,8 @@
-// chain_model.h (private): the chains of a model profiled at a few sizes,
-// and the modelled chain at any size, for fit_size and fit_batch (step 1 of
-// NOTE: [Fitting a size] in fit.cpp).
+// chain_model.h (private): the chains (or graphs) of a model profiled at a
+// few sizes, and the modelled chain (graph) at any size, for fit_size and
+// fit_batch (step 1 of NOTE: [Fitting a size] in fit.cpp). A chain is held
+// as its graph (planner::graph_of): one model for both; the structure (each
+// stage's inputs) is the first profile's, and every profile has it.
 #pragma once
 
 #include <algorithm>
@@ -13,23 +15,24 @@
 #include <c10/util/Exception.h>
 
 #include "remat/planner/chain.h"
+#include "remat/planner/graph.h"
 
 namespace remat::detail {
 
-/// The chains profiled at a few sizes, and the chain at any size on the
+/// The graphs profiled at a few sizes, and the graph at any size on the
 /// polynomial through them (degree: one less than the number of profiles).
 class ChainModel {
  public:
-  ChainModel(std::vector<int64_t> sizes, std::vector<planner::Chain> chains)
-      : sizes_(std::move(sizes)), chains_(std::move(chains)) {
+  ChainModel(std::vector<int64_t> sizes, std::vector<planner::Graph> graphs)
+      : sizes_(std::move(sizes)), profiles_(std::move(graphs)) {
     TORCH_INTERNAL_ASSERT(
         (sizes_.size() == 2 || sizes_.size() == 3) &&
-        sizes_.size() == chains_.size());
+        sizes_.size() == profiles_.size());
   }
 
-  /// The model with `chain`, profiled at `size`, in place of the profile
+  /// The model with `graph`, profiled at `size`, in place of the profile
   /// farthest from it (or of the one at that size).
-  ChainModel with(int64_t size, const planner::Chain& chain) const {
+  ChainModel with(int64_t size, const planner::Graph& graph) const {
     size_t farthest = 0;
     for (size_t k = 0; k < sizes_.size(); ++k) {
       if (sizes_[k] == size) {
@@ -42,30 +45,37 @@ class ChainModel {
     }
     ChainModel result = *this;
     result.sizes_[farthest] = size;
-    result.chains_[farthest] = chain;
+    result.profiles_[farthest] = graph;
     return result;
   }
 
-  /// The modelled chain at `size`.
-  planner::Chain at(int64_t size) const {
+  /// The modelled graph at `size`, with the profiles' structure.
+  planner::Graph at(int64_t size) const {
     auto time = [&](auto field) { return std::max(0.0, value(field, size)); };
     auto bytes = [&](auto field, int64_t floor) {
       return std::max<int64_t>(
           floor, static_cast<int64_t>(std::ceil(value(field, size))));
     };
+    const planner::Graph& structure = profiles_.front();
     const int64_t input_bytes = bytes(
-        [](const planner::Chain& c) {
+        [](const planner::Graph& c) {
           return static_cast<double>(c.input_bytes());
         },
         0);
     std::vector<planner::StageCost> stages;
-    int64_t value_bytes = input_bytes;  // |x_i|: bounds backward_tmp below
-    for (int64_t i = 0; i < chains_.front().size(); ++i) {
+    // |x_v| of the modelled values: a backward transient is at least minus
+    // the gradients of its stage's distinct inputs (planner::Graph).
+    std::vector<int64_t> value_bytes{input_bytes};
+    for (int64_t i = 0; i < structure.size(); ++i) {
       auto field = [i](auto member) {
-        return [i, member](const planner::Chain& c) {
+        return [i, member](const planner::Graph& c) {
           return static_cast<double>(member(c.stage(i)));
         };
       };
+      int64_t inputs_bytes = 0;
+      for (const int64_t value : structure.input_values(i)) {
+        inputs_bytes += value_bytes[static_cast<size_t>(value)];
+      }
       planner::StageCost cost;
       cost.forward_ms =
           time(field([](const planner::StageCost& s) { return s.forward_ms; }));
@@ -86,9 +96,9 @@ class ChainModel {
       cost.backward_tmp_bytes = bytes(
           field(
               [](const planner::StageCost& s) { return s.backward_tmp_bytes; }),
-          -value_bytes);
+          -inputs_bytes);
       const bool selective = std::all_of(
-          chains_.begin(), chains_.end(), [i](const planner::Chain& c) {
+          profiles_.begin(), profiles_.end(), [i](const planner::Graph& c) {
             return c.stage(i).selective.has_value();
           });
       if (selective) {
@@ -110,15 +120,19 @@ class ChainModel {
             part([](const planner::SelectiveCost& s) {
               return s.backward_tmp_bytes;
             }),
-            -value_bytes);
+            -inputs_bytes);
         costs.recompute_ms = time(part(
             [](const planner::SelectiveCost& s) { return s.recompute_ms; }));
         cost.selective = costs;
       }
-      value_bytes = cost.output_bytes;
+      value_bytes.push_back(cost.output_bytes);
       stages.push_back(cost);
     }
-    return planner::Chain(std::move(stages), input_bytes);
+    std::vector<std::vector<int64_t>> inputs;
+    for (int64_t i = 0; i < structure.size(); ++i) {
+      inputs.push_back(structure.inputs(i));
+    }
+    return planner::Graph(std::move(stages), std::move(inputs), input_bytes);
   }
 
  private:
@@ -127,7 +141,7 @@ class ChainModel {
   /// [+ (n - n0) (n - n1) f[n0, n1, n2]].
   template <typename Field>
   double value(const Field& field, int64_t size) const {
-    auto at = [&](size_t k) { return field(chains_[k]); };
+    auto at = [&](size_t k) { return field(profiles_[k]); };
     auto n = [&](size_t k) { return static_cast<double>(sizes_[k]); };
     const double x = static_cast<double>(size);
     const double f0 = at(0), f1 = at(1);
@@ -141,7 +155,7 @@ class ChainModel {
   }
 
   std::vector<int64_t> sizes_;
-  std::vector<planner::Chain> chains_;
+  std::vector<planner::Graph> profiles_;  // a chain as its graph
 };
 
 }  // namespace remat::detail

@@ -34,7 +34,12 @@
 //    the batch once a step's working set leaves the caches), and a step's time
 //    is not the sum of its stages' profiled times.
 // fit_batch is fit_size over the batch with the affine model; the only
-// thing of its own is the check that make_input(b) has batch b.
+// thing of its own is the check that make_input(b) has batch b. A graph
+// (GraphFitProblem) runs the same steps on planner::Graph (a chain is
+// modelled and solved as its graph, planner::graph_of, with the chain
+// solvers where a strategy is a chain's): its strategies are none, per-block
+// (schedule_graph with every stage kCheckpoint) and optimal, its steps run
+// by PlannedGraph.
 #include "remat/fit.h"
 
 #include <algorithm>
@@ -44,8 +49,10 @@
 #include <c10/util/Exception.h>
 
 #include "chain_model.h"
+#include "graph_stages.h"
 #include "model_state.h"
 #include "plan_executor.h"
+#include "remat/graph.h"
 #include "remat/measure/runner.h"
 #include "remat/measure/statistics.h"
 #include "remat/measure/timer.h"
@@ -74,13 +81,29 @@ struct Choice {
   double time_ms = 0;
 };
 
+/// The strategies of a kind of problem, in the order of the answers.
+template <typename Problem>
+struct Strategies;
+template <>
+struct Strategies<FitProblem> {
+  static std::vector<std::string> names() {
+    return {"none", "checkpoint_sequential", "optimal"};
+  }
+};
+template <>
+struct Strategies<GraphFitProblem> {
+  static std::vector<std::string> names() {
+    return {"none", "per-block", "optimal"};
+  }
+};
+
 std::optional<Choice> choose(
     const std::string& strategy,
-    const planner::Chain& chain,
+    const planner::Graph& graph,
     int64_t cap_bytes) {
   auto fits = [&](planner::Plan plan,
                   int64_t segments) -> std::optional<Choice> {
-    const planner::Simulation simulation = planner::simulate(chain, plan);
+    const planner::Simulation simulation = planner::simulate(graph, plan);
     if (!simulation.valid || simulation.peak_bytes > cap_bytes) {
       return std::nullopt;
     }
@@ -88,9 +111,19 @@ std::optional<Choice> choose(
         std::move(plan), segments, simulation.peak_bytes, simulation.time_ms};
   };
   if (strategy == "none") {
-    return fits(planner::solve_store_all(chain), 0);
+    return fits(planner::solve_store_all(graph), 0);
+  }
+  if (strategy == "per-block") {
+    return fits(
+        planner::schedule_graph(
+            graph,
+            std::vector<planner::StageMode>(
+                static_cast<size_t>(graph.size()),
+                planner::StageMode::kCheckpoint)),
+        0);
   }
   if (strategy == "checkpoint_sequential") {
+    const planner::Chain chain = graph.as_chain();
     std::optional<Choice> best;
     for (int64_t k = 1; k <= chain.size(); ++k) {
       auto choice = fits(planner::solve_uniform(chain, k), k);
@@ -100,7 +133,9 @@ std::optional<Choice> choose(
     }
     return best;
   }
-  std::optional<planner::Plan> plan = planner::solve_optimal(chain, cap_bytes);
+  std::optional<planner::Plan> plan =
+      graph.is_chain() ? planner::solve_optimal(graph.as_chain(), cap_bytes)
+                       : planner::solve_optimal(graph, cap_bytes);
   return plan ? fits(std::move(*plan), 0) : std::nullopt;
 }
 
@@ -130,23 +165,59 @@ int64_t largest_on_model(
   return lo;
 }
 
+/// A chain profiled, as its graph.
+planner::Graph profile_problem(
+    const FitProblem& problem, const ProfileOptions& options) {
+  return planner::graph_of(
+      profile_chain(problem.stages, problem.input, options));
+}
+
+planner::Graph profile_problem(
+    const GraphFitProblem& problem, const ProfileOptions& options) {
+  return profile_graph(problem.stages, problem.input, options);
+}
+
+/// The problem's stages under `plan`.
+PlannedChain planned(
+    const FitProblem& problem,
+    const planner::Plan& plan,
+    const Policy& policy) {
+  return PlannedChain(
+      problem.stages, plan, PlannedChainOptions().selective_policy(policy));
+}
+
+PlannedGraph planned(
+    const GraphFitProblem& problem,
+    const planner::Plan& plan,
+    const Policy& policy) {
+  return PlannedGraph(
+      problem.stages, plan, PlannedGraphOptions().selective_policy(policy));
+}
+
+/// The modules of the problem's stages.
+std::vector<std::shared_ptr<torch::nn::Module>> modules_of_problem(
+    const FitProblem& problem) {
+  return detail::modules_of(problem.stages);
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> modules_of_problem(
+    const GraphFitProblem& problem) {
+  return detail::modules_of(detail::module_holders(problem.stages));
+}
+
 /// Training steps of `problem` under `plan`: the first measures the peak
 /// and, unless `timed`, the time; if `timed`, the time is the median of
 /// kTimedSteps after kWarmupSteps. Fills the measured fields of `answer`.
+template <typename Problem>
 void measure_steps(
-    const FitProblem& problem,
+    const Problem& problem,
     const planner::Plan& plan,
     const FitSizeOptions& options,
     bool timed,
     FitAnswer& answer) {
   const torch::Tensor& input = problem.input;
-  PlannedChain net(
-      problem.stages,
-      plan,
-      PlannedChainOptions().selective_policy(
-          options.profile().selective_policy()));
-  detail::ModelStateGuard state(
-      detail::modules_of(problem.stages), input.device());
+  auto net = planned(problem, plan, options.profile().selective_policy());
+  detail::ModelStateGuard state(modules_of_problem(problem), input.device());
   std::vector<double> times;
   const int steps = timed ? kWarmupSteps + kTimedSteps : 1;
   for (int step = 0; step < steps; ++step) {
@@ -186,8 +257,9 @@ struct Names {
 };
 
 /// fit()'s checks of its arguments.
+template <typename Problem>
 void check_arguments(
-    const std::function<FitProblem(int64_t)>& make_problem,
+    const std::function<Problem(int64_t)>& make_problem,
     int64_t cap_bytes,
     const FitSizeOptions& options,
     const Names& names) {
@@ -226,17 +298,17 @@ void check_arguments(
 }
 
 /// make_problem, its result checked.
+template <typename Problem>
 class Problems {
  public:
   Problems(
-      const std::function<FitProblem(int64_t)>& make_problem,
-      const Names& names)
+      const std::function<Problem(int64_t)>& make_problem, const Names& names)
       : make_problem_(make_problem), names_(names) {}
 
   /// The problem at `size`. Throws c10::Error if it has no stages or no
   /// input.
-  FitProblem at(int64_t size) const {
-    FitProblem problem = make_problem_(size);
+  Problem at(int64_t size) const {
+    Problem problem = make_problem_(size);
     TORCH_CHECK(
         !problem.stages.empty() && problem.input.defined(),
         names_.function,
@@ -251,24 +323,24 @@ class Problems {
   }
 
  private:
-  const std::function<FitProblem(int64_t)>& make_problem_;
+  const std::function<Problem(int64_t)>& make_problem_;
   Names names_;
 };
 
 /// Step 1 (NOTE: [Fitting a size]): the model through the chains profiled
 /// at probe_size, twice it and, for kQuadratic, four times it.
+template <typename Problem>
 ChainModel profiled_model(
-    const Problems& problems, const FitSizeOptions& options) {
+    const Problems<Problem>& problems, const FitSizeOptions& options) {
   const int64_t n1 = options.probe_size();
   std::vector<int64_t> sizes{n1, 2 * n1};
   if (options.size_model() == SizeModel::kQuadratic) {
     sizes.push_back(4 * n1);
   }
-  std::vector<planner::Chain> profiled;
+  std::vector<planner::Graph> profiled;
   for (const int64_t size : sizes) {
-    const FitProblem problem = problems.at(size);
-    profiled.push_back(
-        profile_chain(problem.stages, problem.input, options.profile()));
+    const Problem problem = problems.at(size);
+    profiled.push_back(profile_problem(problem, options.profile()));
   }
   return ChainModel(sizes, std::move(profiled));
 }
@@ -276,25 +348,25 @@ ChainModel profiled_model(
 /// One check at a size: the chain profiled there and, if the strategy fits
 /// it under the cap, its measured steps; an answer if they stayed under.
 struct Check {
-  planner::Chain chain;
+  planner::Graph graph;
   std::optional<FitAnswer> answer;
   bool measured_over_cap = false;
 };
 
 /// Runs the checks of one fit (NOTE: [Fitting a size], 3 and 4).
+template <typename Problem>
 struct Checker {
-  const Problems& problems;
+  const Problems<Problem>& problems;
   const FitSizeOptions& options;
   int64_t cap_bytes = 0;
   /// With a time limit every check times its steps.
   bool timed = false;
 
   Check operator()(const std::string& strategy, int64_t size) const {
-    const FitProblem problem = problems.at(size);
-    Check result{
-        profile_chain(problem.stages, problem.input, options.profile()), {}};
+    const Problem problem = problems.at(size);
+    Check result{profile_problem(problem, options.profile()), {}};
     if (std::optional<Choice> choice =
-            choose(strategy, result.chain, cap_bytes)) {
+            choose(strategy, result.graph, cap_bytes)) {
       FitAnswer candidate;
       candidate.strategy = strategy;
       candidate.size = size;
@@ -316,10 +388,11 @@ struct Checker {
 /// Steps 2 and 3 (NOTE: [Fitting a size]): the largest size in [n1,
 /// max_size] that `strategy` was seen to fit under the cap, searched on the
 /// model and checked; an answer of size 0 when none was.
+template <typename Problem>
 FitAnswer largest_under_cap(
     const std::string& strategy,
     const ChainModel& model,
-    const Checker& check,
+    const Checker<Problem>& check,
     int64_t n1,
     int64_t max_size) {
   const int64_t cap_bytes = check.cap_bytes;
@@ -344,7 +417,7 @@ FitAnswer largest_under_cap(
     if (result.answer) {
       answer = std::move(*result.answer);
       fitted = size;
-      refined = refined.with(size, result.chain);
+      refined = refined.with(size, result.graph);
       size = largest_on_model(strategy, refined, size, failed - 1, cap_bytes);
     } else if (result.measured_over_cap) {
       // The profile fits, the measured step does not, and the model
@@ -355,7 +428,7 @@ FitAnswer largest_under_cap(
       // The model was wrong here: take this profile into it and search
       // again below.
       failed = size;
-      refined = refined.with(size, result.chain);
+      refined = refined.with(size, result.graph);
       size = largest_on_model(
           strategy, refined, std::max(n1, fitted), size - 1, cap_bytes);
     }
@@ -374,12 +447,13 @@ double ms_per_unit(const FitAnswer& answer) {
 /// `limit_ms_per_unit`, by bisection on measured times (they grow with the
 /// size as the plan recomputes more under the same cap); an answer of size
 /// 0 when none is.
+template <typename Problem>
 FitAnswer largest_within_time(
     const std::string& strategy,
     const FitAnswer& at_cap,
     int64_t reference_size,
     double limit_ms_per_unit,
-    const Checker& check) {
+    const Checker<Problem>& check) {
   FitAnswer within;
   within.strategy = strategy;
   int64_t lo = std::min(reference_size, at_cap.size - 1);
@@ -398,22 +472,22 @@ FitAnswer largest_within_time(
 }
 
 /// fit_size under the names of its caller (NOTE: [Fitting a size]).
+template <typename Problem>
 std::vector<FitAnswer> fit(
-    const std::function<FitProblem(int64_t)>& make_problem,
+    const std::function<Problem(int64_t)>& make_problem,
     int64_t cap_bytes,
     const FitSizeOptions& options,
     const Names& names) {
   check_arguments(make_problem, cap_bytes, options, names);
-  const Problems problems(make_problem, names);
+  const Problems<Problem> problems(make_problem, names);
   const ChainModel model = profiled_model(problems, options);
-  const Checker check{
+  const Checker<Problem> check{
       problems, options, cap_bytes, options.max_time_ratio() > 0};
 
   std::vector<FitAnswer> answers;
   double reference_ms_per_unit = 0;  // none's, measured at its answer
   int64_t reference_size = 0;
-  for (const std::string strategy :
-       {"none", "checkpoint_sequential", "optimal"}) {
+  for (const std::string& strategy : Strategies<Problem>::names()) {
     FitAnswer answer = largest_under_cap(
         strategy, model, check, options.probe_size(), options.max_size());
     if (strategy == "none") {
@@ -460,7 +534,7 @@ std::vector<FitAnswer> fit_batch(
         input.defined() ? input.sizes() : c10::IntArrayRef{});
     return FitProblem{stages, std::move(input)};
   };
-  return fit(
+  return fit<FitProblem>(
       make_problem,
       cap_bytes,
       FitSizeOptions()
@@ -475,6 +549,17 @@ std::vector<FitAnswer> fit_batch(
 
 std::vector<FitAnswer> fit_size(
     const std::function<FitProblem(int64_t)>& make_problem,
+    int64_t cap_bytes,
+    const FitSizeOptions& options) {
+  return fit(
+      make_problem,
+      cap_bytes,
+      options,
+      Names{"remat::fit_size", "probe_size", "max_size"});
+}
+
+std::vector<FitAnswer> fit_size(
+    const std::function<GraphFitProblem(int64_t)>& make_problem,
     int64_t cap_bytes,
     const FitSizeOptions& options) {
   return fit(
