@@ -135,13 +135,16 @@ struct FitCommandOptions {
   std::string cap;
   /// With a total cap: adamw | sgd, whose state the cap includes.
   std::string optimizer = "adamw";
-  /// batch | seq-len: what is fitted (seq-len: --model gpt only, at the
-  /// fixed --batch).
+  /// batch | seq-len | image: what is fitted (seq-len: --model gpt only,
+  /// image: unet2d and unet3d only, both at the fixed --batch).
   std::string over = "batch";
   int64_t probe_batch = 4;
   int64_t max_batch = 4096;
   int64_t probe_seq_len = 16;
   int64_t max_seq_len = 512;
+  /// --over image: the largest image (volume) edge considered; 0: 512 in
+  /// 2D, 128 in 3D.
+  int64_t max_image = 0;
   double max_time_ratio = 0;
   uint64_t seed = 0;
   int64_t threads = 2;

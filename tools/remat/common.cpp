@@ -33,9 +33,15 @@ void add_budget_flags(CLI::App& command, BudgetFlags& flags) {
           "--strategy",
           flags.strategy,
           "optimal (rotor DP), chen (greedy), sqrt, uniform:K "
-          "(checkpoint_sequential, K segments) or none")
+          "(checkpoint_sequential, K segments) or none; a U-Net: optimal, "
+          "none, per-block (every stage checkpointed) or encoder (the "
+          "encoder's stages checkpointed)")
       ->check(parsing_validator(
-          [](const std::string& text) { planner::Strategy::parse(text); },
+          [](const std::string& text) {
+            if (text != "per-block" && text != "encoder") {
+              planner::Strategy::parse(text);
+            }
+          },
           "STRATEGY"))
       ->capture_default_str();
   command

@@ -9,11 +9,18 @@
 // --max-seq-len (at least 4 --probe-seq-len, the largest profiled length);
 // at length n its stages are models::gpt_stages with the causal mask of n,
 // and the input comes from a workload with --seq n, at the fixed --batch.
+// --over image (unet2d, unet3d): the U-Net's training graph (its stages and
+// the loss, workload.h) at image edges that are multiples of 2^levels:
+// fit_size on the graph over the multiple k (edge = k 2^levels), the
+// quadratic model (2D memory grows with k^2; 3D's k^3 is what the checks
+// correct), probed at k = 1, 2, 4; the strategies none, per-block and
+// optimal.
 #include <algorithm>
 #include <iomanip>
 #include <sstream>
 
 #include <models/gpt.h>
+#include <models/segmentation_data.h>
 #include <remat/fit.h>
 #include <remat/planner/units.h>
 #include <nlohmann/json.hpp>
@@ -100,6 +107,65 @@ Fitted fit_over_batch(const FitCommandOptions& options, const Budget& cap) {
       state};
 }
 
+/// The largest edge --over image considers: --max-image, or its default.
+int64_t max_image_edge(const FitCommandOptions& options) {
+  if (options.max_image > 0) {
+    return options.max_image;
+  }
+  return options.model.model == "unet3d" ? 128 : 512;
+}
+
+/// The multiple of 2^levels every U-Net edge is.
+int64_t edge_step(const FitCommandOptions& options) {
+  return int64_t{1} << options.model.levels;
+}
+
+Fitted fit_over_image(const FitCommandOptions& options, const Budget& cap) {
+  if (!is_graph_model(options.model.model)) {
+    throw UsageError(
+        "--over image: only --model unet2d and unet3d fit an image size, got "
+        "--model " +
+        options.model.model);
+  }
+  // The workload checks --levels and --image (the edge it is built at).
+  Workload workload(options.model, options.seed);
+  const int64_t step = edge_step(options);
+  const int64_t max_edge = max_image_edge(options);
+  if (max_edge % step != 0) {
+    throw UsageError(
+        "--max-image: must be divisible by 2^levels = " + std::to_string(step) +
+        " (--levels " + std::to_string(options.model.levels) + "), got " +
+        std::to_string(max_edge));
+  }
+  if (cap.is_total()) {
+    throw UsageError(
+        "--cap " + options.cap +
+        ": a total cap is for chain models; give the activations' bytes "
+        "with --over image");
+  }
+  const TrainingGraph& model = workload.training_graph();
+  auto make_problem = [&](int64_t multiple) {
+    const models::SegmentationBatch data = models::phantom_batch(
+        options.model.batch,
+        unet_spatial_size(options.model.model, multiple * step),
+        options.seed);
+    set_targets(model, {data.images, data.labels});
+    return GraphFitProblem{model.stages, data.images};
+  };
+  std::vector<FitAnswer> answers = fit_size(
+      std::function<GraphFitProblem(int64_t)>(make_problem),
+      cap.budget_bytes(),
+      FitSizeOptions()
+          .probe_size(1)
+          .max_size(max_edge / step)
+          .size_model(SizeModel::kQuadratic)
+          .max_time_ratio(options.max_time_ratio));
+  for (FitAnswer& answer : answers) {
+    answer.size *= step;  // the edge
+  }
+  return {std::move(answers), workload.description(), std::nullopt};
+}
+
 Fitted fit_over_seq_len(const FitCommandOptions& options, const Budget& cap) {
   if (options.model.model != "gpt") {
     throw UsageError(
@@ -168,9 +234,10 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
       ->add_option(
           "--over",
           options.over,
-          "What to fit: batch (at --seq for the gpt) or seq-len (gpt only, at "
-          "--batch; --seq is not used)")
-      ->check(CLI::IsMember({"batch", "seq-len"}))
+          "What to fit: batch (at --seq for the gpt), seq-len (gpt only, at "
+          "--batch; --seq is not used) or image (unet2d, unet3d: the image "
+          "or volume edge, a multiple of 2^levels, at --batch)")
+      ->check(CLI::IsMember({"batch", "seq-len", "image"}))
       ->capture_default_str();
   command
       ->add_option(
@@ -201,6 +268,14 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
           options.max_seq_len,
           "--over seq-len: largest length considered")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 18))
+      ->capture_default_str();
+  command
+      ->add_option(
+          "--max-image",
+          options.max_image,
+          "--over image: largest edge considered, a multiple of 2^levels "
+          "(0: 512 in 2D, 128 in 3D)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 16))
       ->capture_default_str();
   command
       ->add_option(
@@ -244,7 +319,32 @@ Budget parse_cap(const std::string& text) {
 /// The largest size considered: an answer there may not be the largest
 /// that fits.
 int64_t search_bound(const FitCommandOptions& options) {
+  if (options.over == "image") {
+    return max_image_edge(options);
+  }
   return options.over == "batch" ? options.max_batch : options.max_seq_len;
+}
+
+/// The column and unit names of what is fitted.
+struct OverNames {
+  std::string column;    ///< "batch", "seq-len", "edge"
+  std::string per_unit;  ///< "ms/sample", "ms/token", "ms/sample"
+  std::string smallest;  ///< the flag of the smallest size considered
+  std::string bound;     ///< the flag of the largest
+};
+
+OverNames over_names(const FitCommandOptions& options) {
+  if (options.over == "image") {
+    return {
+        "edge",
+        "ms/sample",
+        "the edge 2^levels = " + std::to_string(edge_step(options)),
+        "--max-image"};
+  }
+  if (options.over == "seq-len") {
+    return {"seq-len", "ms/token", "--probe-seq-len", "--max-seq-len"};
+  }
+  return {"batch", "ms/sample", "--probe-batch", "--max-batch"};
 }
 
 void render_fit_json(
@@ -252,11 +352,10 @@ void render_fit_json(
     const Budget& cap,
     const Fitted& fitted,
     std::ostream& out) {
-  const bool over_batch = options.over == "batch";
   // The sequence length of an answer: the fitted size, or the fixed --seq
   // of a gpt fitted over the batch (null for the other models).
   auto seq_len_of = [&](const FitAnswer& answer) -> nlohmann::json {
-    if (!over_batch) {
+    if (options.over == "seq-len") {
       return answer.size;
     }
     return options.model.model == "gpt" ? nlohmann::json(options.model.seq)
@@ -329,26 +428,30 @@ void render_fit_text(
          << " (activations plus the input, measured; total:SIZE for the "
             "whole step)\n";
   }
+  const OverNames names = over_names(options);
   text << "fit    "
-       << (over_batch ? "the batch"
-                      : "the sequence length, at batch " +
-                            std::to_string(options.model.batch))
+       << (over_batch ? std::string("the batch")
+           : options.over == "image"
+               ? "the image edge (steps of 2^levels = " +
+                     std::to_string(edge_step(options)) + "), at batch " +
+                     std::to_string(options.model.batch)
+               : "the sequence length, at batch " +
+                     std::to_string(options.model.batch))
        << "\n\n";
   // Per unit of what is fitted: per sample, or per token of a sequence.
   auto ms_per_unit = [&](const FitAnswer& answer) {
-    return over_batch
-               ? answer.ms_per_sample()
-               : answer.ms_per_sample() / static_cast<double>(answer.size);
+    return options.over == "seq-len"
+               ? answer.ms_per_sample() / static_cast<double>(answer.size)
+               : answer.ms_per_sample();
   };
   if (fitted.state) {
     text << "measured and predicted peaks are of the whole step (model state "
             "included)\n";
   }
   text << std::left << std::setw(24) << "strategy" << std::right << std::setw(8)
-       << (over_batch ? "batch" : "seq-len") << std::setw(9) << "vs none"
-       << std::setw(12) << "measured" << std::setw(12) << "predicted"
-       << std::setw(11) << (over_batch ? "ms/sample" : "ms/token")
-       << std::setw(9) << "vs none" << '\n';
+       << names.column << std::setw(9) << "vs none" << std::setw(12)
+       << "measured" << std::setw(12) << "predicted" << std::setw(11)
+       << names.per_unit << std::setw(9) << "vs none" << '\n';
   text << std::fixed;
   const FitAnswer& none = fitted.answers.front();
   bool any_at_bound = false;
@@ -362,8 +465,7 @@ void render_fit_text(
     text << std::left << std::setw(24) << name << std::right << std::setw(8)
          << answer.size;
     if (answer.size == 0) {
-      const std::string smallest =
-          over_batch ? "--probe-batch" : "--probe-seq-len";
+      const std::string& smallest = names.smallest;
       text
           << (options.max_time_ratio > 0
                   ? "  (none fits within the cap and --max-time-ratio, "
@@ -385,8 +487,7 @@ void render_fit_text(
          << (at_bound ? "  *" : "") << '\n';
   }
   if (any_at_bound) {
-    text << "\n* at the search bound ("
-         << (over_batch ? "--max-batch " : "--max-seq-len ")
+    text << "\n* at the search bound (" << names.bound << " "
          << search_bound(options)
          << "): a larger size may fit; raise the bound to find it\n";
   }
@@ -398,13 +499,15 @@ void render_fit_text(
 void run_fit(const FitCommandOptions& options, const CommandIo& io) {
   apply_threads(options.threads);
   const Budget cap = parse_cap(options.cap);
-  const bool over_batch = options.over == "batch";
-  if (!over_batch && options.over != "seq-len") {
+  if (options.over != "batch" && options.over != "seq-len" &&
+      options.over != "image") {
     throw UsageError(
-        "--over: expected batch or seq-len, got '" + options.over + "'");
+        "--over: expected batch, seq-len or image, got '" + options.over + "'");
   }
-  const Fitted fitted = over_batch ? fit_over_batch(options, cap)
-                                   : fit_over_seq_len(options, cap);
+  const Fitted fitted = options.over == "batch" ? fit_over_batch(options, cap)
+                        : options.over == "image"
+                            ? fit_over_image(options, cap)
+                            : fit_over_seq_len(options, cap);
   if (options.json) {
     render_fit_json(options, cap, fitted, io.out);
   } else {

@@ -127,7 +127,23 @@ Executor::Executor(
   }
 }
 
+Executor::Executor(TrainingGraph graph, const PlanChoice& choice, bool plain)
+    : graph_(std::move(graph)), strategy_(choice.strategy) {
+  TORCH_INTERNAL_ASSERT(
+      !plain || strategy_.kind == planner::Strategy::Kind::kNone,
+      "a plain graph run is no checkpointing");
+  if (!plain) {
+    planned_graph_ = PlannedGraph(graph_->stages, choice.plan).ptr();
+  }
+}
+
 torch::Tensor Executor::forward(const torch::Tensor& input) {
+  if (planned_graph_) {
+    return planned_graph_->forward(input);
+  }
+  if (graph_) {
+    return run_graph(graph_->stages, input);
+  }
   if (planned_) {
     return planned_->forward(input);
   }
@@ -153,7 +169,26 @@ torch::Tensor Executor::forward(const torch::Tensor& input) {
   return model_->forward(input);
 }
 
+torch::Tensor Executor::predict(const torch::Tensor& input) {
+  if (graph_) {
+    std::vector<GraphStage> model(
+        graph_->stages.begin(), graph_->stages.end() - 1);  // not the loss
+    return run_graph(model, input);
+  }
+  torch::Tensor output = input;
+  for (auto stage = model_->begin(); stage + 1 != model_->end(); ++stage) {
+    output = stage->forward(output);  // not the loss
+  }
+  return output;
+}
+
 std::string Executor::description() const {
+  if (planned_graph_) {
+    return "remat::PlannedGraph";
+  }
+  if (graph_) {
+    return "remat::run_graph (the stages run plainly)";
+  }
   if (planned_) {
     return "remat::PlannedSequential";
   }
@@ -183,7 +218,8 @@ Trainer::Trainer(
     bool shard
 #endif
     )
-    : model_(model),
+    : module_(model.ptr()),
+      set_targets_([model](const Batch& batch) { set_targets(model, batch); }),
       compress_(compress),
       precision_(precision)
 #if REMAT_WITH_DISTRIBUTED
@@ -194,22 +230,43 @@ Trainer::Trainer(
 #if REMAT_WITH_DISTRIBUTED
   TORCH_CHECK(!shard || group_, "remat: sharded training needs a group");
   if (shard) {
-    sharded_ = std::make_unique<distributed::ShardedStages>(
-        stages_of(model_), *group_);
+    sharded_ =
+        std::make_unique<distributed::ShardedStages>(stages_of(model), *group_);
     executor_ =
         std::make_unique<Executor>(sharded_->sequential(), choice, mode);
     optimizer_ = make_optimizer(optimizer, sharded_->shards());
     return;
   }
 #endif
-  executor_ = std::make_unique<Executor>(model_, choice, mode);
-  optimizer_ = make_optimizer(optimizer, model_->parameters());
+  executor_ = std::make_unique<Executor>(model, choice, mode);
+  optimizer_ = make_optimizer(optimizer, model->parameters());
 #if REMAT_WITH_DISTRIBUTED
   if (group_) {
     sync_ = std::make_unique<distributed::GradientSync>(
-        model_->parameters(), *group_);
+        model->parameters(), *group_);
   }
 #endif
+}
+
+Trainer::Trainer(
+    TrainingGraph graph,
+    const PlanChoice& choice,
+    bool plain,
+    const OptimizerChoice& optimizer,
+    Precision precision)
+    : module_(graph.unet.ptr()),
+      set_targets_([graph](const Batch& batch) { set_targets(graph, batch); }),
+      precision_(precision) {
+  optimizer_ = make_optimizer(optimizer, module_->parameters());
+  executor_ = std::make_unique<Executor>(std::move(graph), choice, plain);
+}
+
+torch::Tensor Trainer::predict(const torch::Tensor& input) {
+  torch::NoGradGuard no_grad;
+  module_->eval();
+  torch::Tensor output = executor_->predict(input);
+  module_->train();
+  return output;
 }
 
 void Trainer::with_full_parameters(const std::function<void()>& use) {
@@ -243,8 +300,8 @@ int64_t held_bytes(const std::vector<torch::Tensor>& tensors) {
 }
 
 StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
-  model_->train();
-  std::vector<torch::Tensor> held = model_->parameters();
+  module_->train();
+  std::vector<torch::Tensor> held = module_->parameters();
 #if REMAT_WITH_DISTRIBUTED
   if (sharded_) {
     zero_gradients(sharded_->shards());
@@ -258,7 +315,7 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
 #endif
   torch::manual_seed(seed);
   StepResult result;
-  const std::vector<torch::Tensor> buffers = model_->buffers();
+  const std::vector<torch::Tensor> buffers = module_->buffers();
   held.insert(held.end(), buffers.begin(), buffers.end());
   result.parameter_state_bytes = held_bytes(held);
   result.optimizer_state_bytes = optimizer_state_bytes_;
@@ -272,7 +329,7 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
       if (compress_) {
         compressed.emplace(*compress_);
       }
-      set_targets(model_, batch);  // the chain ends in the loss (workload.h)
+      set_targets_(batch);  // the model ends in the loss (workload.h)
       loss = executor_->forward(batch.inputs);
     }
     result.forward_ms = elapsed_ms(forward_start);

@@ -12,6 +12,10 @@
 //   optimal, chen, sqrt
 //               remat::PlannedSequential(model, plan) (its own executor;
 //               --mode does not apply)
+// and a graph model's (a TrainingGraph, workload.h):
+//   none        remat::run_graph: the stages run plainly
+//   optimal, per-block, encoder
+//               remat::PlannedGraph(stages, plan)
 // A Trainer owns a model's optimizer and measures steps as
 // docs/benchmarks.md defines: parameter gradients are allocated (zeroed, not
 // freed) before the MemoryMeter is reset right before forward; the activation
@@ -39,6 +43,7 @@
 #include <remat/checkpoint.h>
 #include <remat/compress.h>
 #include <remat/config.h>
+#include <remat/graph.h>
 #if REMAT_WITH_DISTRIBUTED
 #include <remat/distributed.h>
 #endif
@@ -83,17 +88,25 @@ torch::nn::Sequential clone_sequential(const torch::nn::Sequential& model);
 class Executor {
  public:
   Executor(torch::nn::Sequential model, const PlanChoice& choice, Mode mode);
+  /// A graph model's executor: `choice.plan` by PlannedGraph, or, for a
+  /// choice of Strategy::Kind::kNone with `plain`, the stages run plainly.
+  Executor(TrainingGraph graph, const PlanChoice& choice, bool plain);
   /// The model output for `input`, with checkpointing as planned.
   torch::Tensor forward(const torch::Tensor& input);
-  /// "PlannedSequential", "checkpoint_sequential (4 segments, nonreentrant)"
-  /// or "plain Sequential".
+  /// "PlannedSequential", "checkpoint_sequential (4 segments, nonreentrant)",
+  /// "plain Sequential", "PlannedGraph" or "run_graph (plain)".
   std::string description() const;
+  /// The model's output (without the loss) for `input`, run plainly: what a
+  /// score (the Dice of a segmentation) is computed from.
+  torch::Tensor predict(const torch::Tensor& input);
 
  private:
-  torch::nn::Sequential model_;
+  torch::nn::Sequential model_{nullptr};
+  std::optional<TrainingGraph> graph_;
   planner::Strategy strategy_;
-  Mode mode_;
+  Mode mode_ = Mode::kNonReentrant;
   std::shared_ptr<PlannedSequentialImpl> planned_;
+  std::shared_ptr<PlannedGraphImpl> planned_graph_;
 };
 
 /// Measurements of one training step.
@@ -163,11 +176,24 @@ class Trainer {
       bool shard = false
 #endif
   );
+  /// A graph model's trainer: `graph` run by Executor(graph, choice, plain),
+  /// stepped by `optimizer`, in `precision`. No compression, no group.
+  Trainer(
+      TrainingGraph graph,
+      const PlanChoice& choice,
+      bool plain,
+      const OptimizerChoice& optimizer,
+      Precision precision = Precision::kFloat32);
   /// Forward through the training model (its last stage is the loss, with
   /// `batch`'s targets: workload.h), backward (measured), then the
   /// optimizer step when `update` is true. Reseeds the global RNG with
-  /// `seed` first. REQUIRES: the model is a Workload::training_model().
+  /// `seed` first. REQUIRES: the model is a Workload::training_model() or
+  /// training_graph().
   StepResult step(const Batch& batch, uint64_t seed, bool update = true);
+  /// The model's output for `input` in evaluation mode, without grad
+  /// (Executor::predict); the model is back in training mode at the next
+  /// step.
+  torch::Tensor predict(const torch::Tensor& input);
   const Executor& executor() const {
     return *executor_;
   }
@@ -176,7 +202,11 @@ class Trainer {
   void with_full_parameters(const std::function<void()>& use);
 
  private:
-  torch::nn::Sequential model_;
+  /// The module owning every parameter and buffer trained (the Sequential,
+  /// or the U-Net of a graph).
+  std::shared_ptr<torch::nn::Module> module_;
+  /// Sets a batch's targets on the model's LossHead.
+  std::function<void(const Batch&)> set_targets_;
 #if REMAT_WITH_DISTRIBUTED
   std::unique_ptr<distributed::ShardedStages> sharded_;
 #endif

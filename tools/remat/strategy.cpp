@@ -14,6 +14,109 @@
 
 namespace remat::cli {
 
+GraphStrategy parse_graph_strategy(const std::string& text) {
+  if (text == "optimal") {
+    return GraphStrategy::kOptimal;
+  }
+  if (text == "none") {
+    return GraphStrategy::kNone;
+  }
+  if (text == "per-block") {
+    return GraphStrategy::kPerBlock;
+  }
+  if (text == "encoder") {
+    return GraphStrategy::kEncoder;
+  }
+  throw UsageError(
+      "--strategy: a U-Net is planned with optimal, none, per-block or "
+      "encoder, got '" +
+      text + "'");
+}
+
+std::string to_string(GraphStrategy strategy) {
+  switch (strategy) {
+    case GraphStrategy::kOptimal:
+      return "optimal";
+    case GraphStrategy::kNone:
+      return "none";
+    case GraphStrategy::kPerBlock:
+      return "per-block";
+    case GraphStrategy::kEncoder:
+      return "encoder";
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown GraphStrategy");
+}
+
+std::vector<planner::StageMode> stage_modes(
+    GraphStrategy strategy, int64_t stages, int64_t encoder_stages) {
+  TORCH_INTERNAL_ASSERT(strategy != GraphStrategy::kOptimal);
+  std::vector<planner::StageMode> modes(
+      static_cast<size_t>(stages), planner::StageMode::kRecord);
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    if (strategy == GraphStrategy::kPerBlock ||
+        (strategy == GraphStrategy::kEncoder && stage < encoder_stages)) {
+      modes[static_cast<size_t>(stage)] = planner::StageMode::kCheckpoint;
+    }
+  }
+  return modes;
+}
+
+PlanChoice choose_graph_plan(
+    const planner::Graph& graph,
+    GraphStrategy strategy,
+    int64_t encoder_stages,
+    const Budget& budget,
+    BudgetOrigin origin) {
+  PlanChoice choice;
+  const bool optimal = strategy == GraphStrategy::kOptimal;
+  choice.strategy = planner::Strategy::parse(optimal ? "optimal" : "none");
+  const planner::Simulation store_all =
+      planner::simulate(graph, planner::solve_store_all(graph));
+  choice.store_all_peak_bytes = store_all.peak_bytes;
+  choice.store_all_time_ms = store_all.time_ms;
+  choice.min_feasible_bytes = planner::min_feasible_budget_bytes(graph);
+  if (!budget.is_none() && (optimal || origin == BudgetOrigin::kGiven)) {
+    choice.budget_bytes = budget.resolve_bytes(graph);
+    choice.budget_text = budget.to_string();
+    if (origin == BudgetOrigin::kDefault &&
+        *choice.budget_bytes < *choice.min_feasible_bytes) {
+      choice.budget_bytes = *choice.min_feasible_bytes;
+      choice.budget_text = "the minimum feasible budget (the default, " +
+                           budget.to_string() + ", is below it)";
+    }
+  }
+  auto infeasible = [&](const std::string& what) {
+    const int64_t budget_bytes = *choice.budget_bytes;
+    const int64_t minimum = *choice.min_feasible_bytes;
+    return InfeasibleBudgetError(
+        "budget " + planner::format_bytes(budget_bytes) + " (" +
+            std::to_string(budget_bytes) + " bytes) is infeasible: " + what +
+            "; the minimum feasible budget is " +
+            planner::format_bytes(minimum) + " (" + std::to_string(minimum) +
+            " bytes; the optimal strategy reaches it)",
+        minimum);
+  };
+  if (optimal) {
+    std::optional<planner::Plan> plan = planner::solve_optimal(
+        graph, choice.budget_bytes.value_or(choice.store_all_peak_bytes));
+    if (!plan) {
+      throw infeasible("no optimal plan fits it");
+    }
+    choice.plan = std::move(*plan);
+  } else {
+    choice.plan = planner::schedule_graph(
+        graph, stage_modes(strategy, graph.size(), encoder_stages));
+  }
+  choice.simulation = planner::simulate(graph, choice.plan);
+  if (choice.budget_bytes &&
+      choice.simulation.peak_bytes > *choice.budget_bytes) {
+    throw infeasible(
+        to_string(strategy) + " is predicted to peak at " +
+        planner::format_bytes(choice.simulation.peak_bytes));
+  }
+  return choice;
+}
+
 int64_t extra_forwards(const planner::Plan& plan) {
   int64_t forwards = 0;
   std::set<int64_t> stages;

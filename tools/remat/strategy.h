@@ -1,11 +1,17 @@
 // strategy.h: how the tool names and summarizes plans. The plan a command
 // runs comes from the library: remat::choose_plan (remat/plan_choice.h) with
-// its rules for budgets, which the commands call with their parsed flags.
+// its rules for budgets, which the commands call with their parsed flags. A
+// graph model (a U-Net) is planned by choose_graph_plan, the same rules on a
+// planner::Graph with the graph strategies: optimal (planner::solve_optimal
+// on the graph), none (store-all), per-block (every stage checkpointed:
+// planner::StageMode::kCheckpoint, as MONAI's per-block checkpointing) and
+// encoder (only the encoder's stages checkpointed).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <remat/plan_choice.h>
 #include <remat/planner.h>
@@ -18,6 +24,42 @@ using remat::BudgetOrigin;
 using remat::choose_plan;
 using remat::InfeasibleBudgetError;
 using remat::PlanChoice;
+
+/// The ways --strategy plans a graph model.
+enum class GraphStrategy {
+  kOptimal,   ///< "optimal": the fastest plan the graph solver finds
+  kNone,      ///< "none": no checkpointing (the stages run plainly)
+  kPerBlock,  ///< "per-block": every stage checkpointed
+  kEncoder,   ///< "encoder": the encoder's stages checkpointed, the rest kept
+};
+
+/// Parses "optimal", "none", "per-block" or "encoder". Throws UsageError
+/// naming the value and the accepted ones otherwise.
+GraphStrategy parse_graph_strategy(const std::string& text);
+
+/// The text parse_graph_strategy() accepts.
+std::string to_string(GraphStrategy strategy);
+
+/// The stage modes of a fixed graph strategy on a graph of `stages` stages
+/// whose first `encoder_stages` are the encoder: per-block, every stage
+/// kCheckpoint; encoder, those kCheckpoint and the rest kRecord; none, every
+/// stage kRecord. REQUIRES: not kOptimal.
+std::vector<planner::StageMode> stage_modes(
+    GraphStrategy strategy, int64_t stages, int64_t encoder_stages);
+
+/// choose_plan's rules (remat/plan_choice.h) on a graph: optimal is driven
+/// by the budget; the fixed strategies ignore it when planning and a given
+/// budget binds them; a default budget below
+/// planner::min_feasible_budget_bytes(graph) is raised to it. The choice's
+/// `strategy` is Strategy::Kind::kOptimal for optimal and kNone for the
+/// others (the graph strategy names the plan). Throws InfeasibleBudgetError
+/// naming the budget and the minimum as choose_plan does.
+PlanChoice choose_graph_plan(
+    const planner::Graph& graph,
+    GraphStrategy strategy,
+    int64_t encoder_stages,
+    const Budget& budget,
+    BudgetOrigin origin);
 
 /// The plan in brief: "N stages, F forwards (R record, C checkpoint, N
 /// no-save), E recomputed: C0 N1 R2 ..." limited to about `max_chars`

@@ -16,9 +16,14 @@
 //   summarize  medians (warm-up steps, the first 3, left out), ratios;
 //   render   text (progress lines, then a summary) or one JSON object.
 // Peaks are compared with the budget in its units: the measured activation
-// peak plus the chain input's bytes. --precision bf16 runs profiling and
-// every step of both runs under CPU autocast (runtime.h), so the plan is made
-// from bf16 measurements and the losses still compare bitwise.
+// peak plus the chain input's bytes. A graph model (--model unet2d|unet3d,
+// workload.h) runs the same steps on its graph: profile_graph, the plan of
+// choose_graph_plan (--strategy optimal|none|per-block|encoder), a
+// PlannedGraph (none: the stages run plainly, as the baseline), and, at
+// every progress line, the Dice score of the model on a held-out batch.
+// --precision bf16 runs profiling and every step of both runs under CPU
+// autocast (runtime.h), so the plan is made from bf16 measurements and the
+// losses still compare bitwise.
 //
 // Data parallel (docs/distributed.md): --nproc N relaunches this command as N
 // local workers (distributed::launch_local) and waits; a worker, given
@@ -55,6 +60,7 @@
 #include "cli_error.h"
 #include "commands.h"
 #include "models/gpt.h"
+#include "models/segmentation_data.h"
 #include "progress.h"
 #include "runtime.h"
 #include "strategy.h"
@@ -224,10 +230,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
 namespace {
 
 /// Writes `model`'s parameters to `path` (torch::save of the list).
-void save_parameters(
-    const torch::nn::Sequential& model, const std::string& path) {
+void save_parameters(const torch::nn::Module& model, const std::string& path) {
   std::vector<torch::Tensor> values;
-  for (const auto& parameter : model->parameters()) {
+  for (const auto& parameter : model.parameters()) {
     values.push_back(parameter.detach());
   }
   try {
@@ -363,6 +368,15 @@ struct TrainRun {
   std::string optimizer;                      ///< --optimizer
   Precision precision = Precision::kFloat32;  ///< --precision
   planner::Strategy strategy;
+  /// --strategy as reports name it (a graph strategy for a graph model).
+  std::string strategy_name;
+  /// A graph model (workload.h): planned as a planner::Graph.
+  bool graph = false;
+  /// Graph models: the Dice score on the held-out batch, by step (0: before
+  /// training), at every progress line.
+  std::vector<std::pair<int64_t, double>> dice;
+  /// Graph models: the held-out batch's size.
+  int64_t dice_batch = 0;
   Budget budget;
   PlanChoice choice;
   int64_t input_bytes = 0;
@@ -419,6 +433,25 @@ struct TrainSummary {
   double memory_ratio = 0;
   double time_ratio = 0;
 };
+
+/// Refuses the flags a graph model does not take, before any work.
+void check_graph_flags(const TrainOptions& options) {
+  auto refuse = [&](const std::string& flag) {
+    return UsageError(
+        flag + ": not supported with --model " + options.model.model +
+        " (a U-Net trains with --strategy optimal, none, per-block or "
+        "encoder)");
+  };
+  if (options.compress != "none") {
+    throw refuse("--compress " + options.compress);
+  }
+  if (options.selective) {
+    throw refuse("--selective");
+  }
+  if (options.nproc > 0 || options.rank >= 0 || options.shard) {
+    throw refuse("--nproc, --rank and --shard");
+  }
+}
 
 /// Refuses flag combinations of --recompute and --budget before any work.
 void check_recompute_flags(const TrainOptions& options, bool recipe) {
@@ -556,8 +589,8 @@ void print_plan(
         << ": the GPT's own recipe (no plan, no prediction)\n";
     return;
   }
-  out << "plan      " << run.strategy.to_string() << ": "
-      << plan_brief(choice.plan) << '\n';
+  out << "plan      " << run.strategy_name << ": " << plan_brief(choice.plan)
+      << '\n';
   out << "predicted peak "
       << planner::format_bytes(choice.simulation.peak_bytes) << " ("
       << fixed(
@@ -575,6 +608,50 @@ struct Trainers {
   std::unique_ptr<Trainer> planned;
   std::unique_ptr<Trainer> baseline;
 };
+
+/// A graph model's graph on `probe`, profiled in the run's precision with
+/// the optimizer's state ratio.
+planner::Graph profile_training_graph(
+    const TrainOptions& options,
+    const TrainRun& run,
+    const TrainingGraph& graph,
+    const Batch& probe) {
+  AutocastGuard autocast(c10::kCPU, run.precision);
+  return profile_graph(
+      graph.stages,
+      probe.inputs,
+      ProfileOptions().optimizer_state_ratio(
+          OptimizerChoice{options.optimizer, options.lr}.state_ratio()));
+}
+
+/// A graph model's trainers: the plan of `strategy` and, with a baseline,
+/// a copy of the model run plainly.
+Trainers make_graph_trainers(
+    const TrainOptions& options,
+    const TrainRun& run,
+    const planner::Graph& graph,
+    const TrainingGraph& model,
+    GraphStrategy strategy) {
+  const OptimizerChoice optimizer{options.optimizer, options.lr};
+  Trainers trainers;
+  if (run.baseline_steps > 0) {
+    const PlanChoice none = choose_graph_plan(
+        graph,
+        GraphStrategy::kNone,
+        model.encoder_stages,
+        Budget::none(),
+        BudgetOrigin::kDefault);
+    trainers.baseline = std::make_unique<Trainer>(
+        clone_training_graph(model), none, true, optimizer, run.precision);
+  }
+  trainers.planned = std::make_unique<Trainer>(
+      model,
+      run.choice,
+      strategy == GraphStrategy::kNone,
+      optimizer,
+      run.precision);
+  return trainers;
+}
 
 Trainers make_trainers(
     const TrainOptions& options,
@@ -708,6 +785,20 @@ void run_steps(
                                 ? options.log_every
                                 : std::max<int64_t>(1, options.steps / 20);
   ProgressLine progress(io.out, io.live, log_every);
+  std::optional<Batch> held_out;
+  if (run.graph) {
+    held_out = workload.held_out_batch();
+    run.dice_batch = held_out->inputs.size(0);
+  }
+  // The model's Dice on the held-out batch after `steps` steps.
+  auto score = [&](int64_t steps) {
+    const double dice = models::dice_score(
+        trainers.planned->predict(held_out->inputs), held_out->targets);
+    run.dice.emplace_back(steps, dice);
+  };
+  if (held_out) {
+    score(0);
+  }
   for (int64_t step = 0; step < options.steps; ++step) {
     const Batch batch = parallel.slice(workload.next_batch());
     const uint64_t seed = step_seed(options.seed, step);
@@ -720,6 +811,11 @@ void run_steps(
       const StepResult reference = trainers.baseline->step(batch, seed);
       baseline_wall_s += seconds_since(step_start);
       record_baseline_step(run, step, result, reference);
+    }
+    const bool last = step + 1 == options.steps;
+    // As the plain progress lines: the first, every log_every-th, the last.
+    if (held_out && (step == 0 || (step + 1) % log_every == 0 || last)) {
+      score(step + 1);
     }
     if (!human) {
       continue;
@@ -735,8 +831,11 @@ void run_steps(
                            std::max<int64_t>(0, run.baseline_steps - step - 1));
     std::ostringstream line;
     line << "step " << step + 1 << "/" << options.steps << "  loss "
-         << fixed(result.loss, 4) << "  step " << fixed(result.step_ms(), 0)
-         << " ms  peak "
+         << fixed(result.loss, 4);
+    if (held_out) {
+      line << "  dice " << fixed(run.dice.back().second, 3);
+    }
+    line << "  step " << fixed(result.step_ms(), 0) << " ms  peak "
          << planner::format_bytes(
                 result.activation_peak_bytes + run.input_bytes +
                 run.resident_bytes);
@@ -744,44 +843,28 @@ void run_steps(
       line << " / budget " << planner::format_bytes(*run.choice.budget_bytes);
     }
     line << "  left " << format_duration(left);
-    progress.update(line.str(), step + 1 == options.steps);
+    progress.update(line.str(), last);
   }
   progress.finish();
 }
 
-TrainRun measure_training(
-    const TrainOptions& options, Parallel& parallel, const CommandIo& io) {
-  const bool human = !options.json;
-  const auto start = Clock::now();
-  const bool recipe = options.recompute != "optimal";
-  check_recompute_flags(options, recipe);
-  TrainRun run;
-  run.recompute = options.recompute;
-  run.compress = options.compress;
-  run.optimizer = options.optimizer;
-  run.precision = cpu_precision(options.precision);
-  run.strategy = planner::Strategy::parse(
-      recipe ? std::string("none") : options.budget.strategy);
-  run.budget = Budget::parse(options.budget.budget);
-  run.steps = options.steps;
-  run.sharded = options.shard;
-
-  Workload workload(options.model, options.seed);
+/// The planned run's plan, trainers and the model to --save, for a chain
+/// model (--recompute and data parallel included); prints the plan.
+Trainers prepare_chain_training(
+    const TrainOptions& options,
+    TrainRun& run,
+    Workload& workload,
+    Parallel& parallel,
+    bool recipe,
+    const CommandIo& io,
+    std::shared_ptr<torch::nn::Module>& saved) {
   // The model and its loss, planned as one chain (workload.h).
   torch::nn::Sequential model = workload.training_model();
-  run.model = workload.description();
 #if REMAT_WITH_DISTRIBUTED
   if (parallel.group) {
     agree_on_model(options, run.model, model, *parallel.group);
   }
 #endif
-  if (human) {
-    io.out << "model     " << run.model << '\n';
-    io.out << "precision " << precision_name(run.precision)
-           << (run.precision == Precision::kFloat32
-                   ? std::string("\n")
-                   : " (CPU autocast; parameters and optimizer fp32)\n");
-  }
   const Batch probe = parallel.slice(workload.next_batch());
   set_targets(model, probe);
   check_trainable(
@@ -798,21 +881,102 @@ TrainRun measure_training(
   run.resident_bytes = chain.resident_bytes();
   run.predicted_state = chain.model_state();
   run.choice = plan_training(options, run, chain, recipe, parallel);
-  if (human) {
+  if (!options.json) {
     print_plan(options, run, recipe, io.out);
   }
+  Trainers trainers =
+      make_trainers(options, run, chain, model, recipe, parallel);
+#if REMAT_WITH_DISTRIBUTED
+  if (!options.json && parallel.group) {
+    print_parallel(options, chain, parallel, io.out);
+  }
+#endif
+  saved = model.ptr();
+  return trainers;
+}
 
+/// The same for a graph model (workload.h): its graph profiled, the plan
+/// of the graph strategy, the trainers.
+Trainers prepare_graph_training(
+    const TrainOptions& options,
+    TrainRun& run,
+    Workload& workload,
+    const CommandIo& io,
+    std::shared_ptr<torch::nn::Module>& saved) {
+  const GraphStrategy strategy = parse_graph_strategy(options.budget.strategy);
+  run.strategy_name = to_string(strategy);
+  const TrainingGraph& model = workload.training_graph();
+  const Batch probe = workload.next_batch();
+  set_targets(model, probe);
+  for (const auto& parameter : model.unet->parameters()) {
+    run.parameter_bytes += static_cast<int64_t>(parameter.nbytes());
+  }
+  const planner::Graph graph =
+      profile_training_graph(options, run, model, probe);
+  run.input_bytes = graph.input_bytes();
+  run.predicted_state = graph.model_state();
+  run.choice = choose_graph_plan(
+      graph,
+      strategy,
+      model.encoder_stages,
+      run.budget,
+      options.budget.origin());
+  if (!options.json) {
+    print_plan(options, run, /*recipe=*/false, io.out);
+  }
+  saved = model.unet.ptr();
+  return make_graph_trainers(options, run, graph, model, strategy);
+}
+
+TrainRun measure_training(
+    const TrainOptions& options, Parallel& parallel, const CommandIo& io) {
+  const bool human = !options.json;
+  const auto start = Clock::now();
+  const bool recipe = options.recompute != "optimal";
+  check_recompute_flags(options, recipe);
+  TrainRun run;
+  run.recompute = options.recompute;
+  run.compress = options.compress;
+  run.optimizer = options.optimizer;
+  run.precision = cpu_precision(options.precision);
+  run.graph = is_graph_model(options.model.model);
+  if (run.graph) {
+    check_graph_flags(options);
+  } else {
+    if (options.budget.strategy == "per-block" ||
+        options.budget.strategy == "encoder") {
+      throw UsageError(
+          "--strategy " + options.budget.strategy +
+          ": a U-Net's strategy (--model unet2d or unet3d), got --model " +
+          options.model.model +
+          "; a chain checkpoints every block with uniform:K (K = its stages)");
+    }
+    run.strategy = planner::Strategy::parse(
+        recipe ? std::string("none") : options.budget.strategy);
+    run.strategy_name = run.strategy.to_string();
+  }
+  run.budget = Budget::parse(options.budget.budget);
+  run.steps = options.steps;
+  run.sharded = options.shard;
+
+  Workload workload(options.model, options.seed);
+  run.model = workload.description();
+  if (human) {
+    io.out << "model     " << run.model << '\n';
+    io.out << "precision " << precision_name(run.precision)
+           << (run.precision == Precision::kFloat32
+                   ? std::string("\n")
+                   : " (CPU autocast; parameters and optimizer fp32)\n");
+  }
   const bool with_baseline =
       !options.no_baseline && options.baseline_steps > 0 && !parallel.joined();
   run.baseline_steps =
       with_baseline ? std::min(options.baseline_steps, options.steps) : 0;
+  std::shared_ptr<torch::nn::Module> saved;  // what --save writes
   Trainers trainers =
-      make_trainers(options, run, chain, model, recipe, parallel);
-#if REMAT_WITH_DISTRIBUTED
-  if (human && parallel.group) {
-    print_parallel(options, chain, parallel, io.out);
-  }
-#endif
+      run.graph ? prepare_graph_training(options, run, workload, io, saved)
+                : prepare_chain_training(
+                      options, run, workload, parallel, recipe, io, saved);
   if (human) {
     io.out << "executor  " << trainers.planned->executor().description() << "; "
            << options.steps << " steps";
@@ -828,7 +992,7 @@ TrainRun measure_training(
     // Sharded: every rank gathers the parameters, rank 0 writes them.
     trainers.planned->with_full_parameters([&] {
       if (parallel.rank == 0) {
-        save_parameters(model, options.save);
+        save_parameters(*saved, options.save);
       }
     });
   }
@@ -865,7 +1029,7 @@ void render_json(
   report["recompute"] = run.recompute;
   report["compress"] = run.compress;
   report["precision"] = precision_name(run.precision);
-  report["strategy"] = run.strategy.to_string();
+  report["strategy"] = run.strategy_name;
   report["budget"] = choice.budget_text;
   report["budget_bytes"] = choice.budget_bytes
                                ? nlohmann::json(*choice.budget_bytes)
@@ -896,6 +1060,15 @@ void render_json(
   report["over_budget_steps"] = run.over_budget_steps;
   report["most_over_budget_bytes"] = run.most_over_budget_bytes;
   report["step_ms_median"] = summary.step_ms_median;
+  if (!run.dice.empty()) {
+    // Graph models: the Dice on the held-out batch, by step (0: untrained).
+    nlohmann::json dice = nlohmann::json::array();
+    for (const auto& [step, value] : run.dice) {
+      dice.push_back({{"step", step}, {"dice", value}});
+    }
+    report["dice"] = dice;
+    report["dice_batch"] = run.dice_batch;
+  }
   report["seconds"] = run.seconds;
   if (run.baseline_steps > 0) {
     report["baseline"] = {
@@ -997,6 +1170,13 @@ void render_text(
         << fixed(summary.last_loss_mean, 4) << ")";
   }
   out << '\n';
+  if (!run.dice.empty()) {
+    out << "  dice            " << fixed(run.dice.front().second, 3)
+        << " untrained -> " << fixed(run.dice.back().second, 3) << " after "
+        << count(run.steps, "step")
+        << "  (foreground Dice on a held-out batch of " << run.dice_batch
+        << ")\n";
+  }
   render_memory(run, out);
   if (run.baseline_steps == 0) {
     out << "  step time       " << fixed(summary.step_ms_median, 1)

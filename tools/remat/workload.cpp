@@ -18,6 +18,17 @@ namespace {
 
 constexpr int64_t kClasses = 10;
 
+// The seed of a workload's held-out batch: far from its training batches'.
+constexpr uint64_t kHeldOutSeedOffset = 0x5eed0000ULL;
+
+// The message of a chain-only use of a graph model.
+std::string graph_model_refused(const std::string& model) {
+  return "--model " + model +
+         ": a U-Net is a graph of stages (skip connections), not a chain; "
+         "this command takes gpt, mlp or resnet (remat train and remat fit "
+         "take unet2d and unet3d)";
+}
+
 void require_positive(const char* flag, int64_t value) {
   if (value < 1) {
     throw UsageError(
@@ -38,8 +49,12 @@ std::string read_text_file(const std::string& path) {
 
 void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command
-      .add_option("--model", flags.model, "Built-in model: gpt, mlp or resnet")
-      ->check(CLI::IsMember({"gpt", "mlp", "resnet"}))
+      .add_option(
+          "--model",
+          flags.model,
+          "Built-in model: gpt, mlp or resnet (chains), unet2d or unet3d "
+          "(U-Net graphs; train and fit)")
+      ->check(CLI::IsMember({"gpt", "mlp", "resnet", "unet2d", "unet3d"}))
       ->capture_default_str();
   command
       .add_option(
@@ -48,32 +63,127 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
           "gpt: transformer blocks; mlp: hidden stages; resnet: residual "
           "blocks per stage")
       ->capture_default_str();
-  command
-      .add_option(
-          "--hidden",
-          flags.hidden,
-          "gpt: model width; mlp: stage width; resnet: channels of the first "
-          "stage (doubling per stage)")
-      ->capture_default_str();
+  CLI::Option* hidden =
+      command
+          .add_option(
+              "--hidden",
+              flags.hidden,
+              "gpt: model width; mlp: stage width; resnet: channels of the "
+              "first stage (doubling per stage); unet: base width (default 8)")
+          ->capture_default_str();
   command.add_option("--heads", flags.heads, "gpt: attention heads")
       ->capture_default_str();
   command.add_option("--seq", flags.seq, "gpt: context length in characters")
       ->capture_default_str();
-  command.add_option("--image", flags.image, "resnet: image height and width")
-      ->capture_default_str();
   command
-      .add_option("--dropout", flags.dropout, "Dropout probability (gpt, mlp)")
+      .add_option(
+          "--levels",
+          flags.levels,
+          "unet: resolution levels (--image must divide by 2^levels)")
       ->capture_default_str();
-  command.add_option("--batch", flags.batch, "Examples per batch")
-      ->capture_default_str();
+  CLI::Option* image =
+      command
+          .add_option(
+              "--image",
+              flags.image,
+              "resnet: image height and width; unet: image (3D: volume) "
+              "edge (defaults 32 in 2D, 16 in 3D)")
+          ->capture_default_str();
+  CLI::Option* dropout =
+      command
+          .add_option(
+              "--dropout",
+              flags.dropout,
+              "Dropout probability (gpt, mlp; unet: default 0)")
+          ->capture_default_str();
+  CLI::Option* batch =
+      command
+          .add_option(
+              "--batch",
+              flags.batch,
+              "Examples per batch (unet: defaults 8 in 2D, 4 in 3D)")
+          ->capture_default_str();
   command.add_option(
       "--data",
       flags.data,
       "gpt: train on this text file instead of the built-in text");
+  // A U-Net's own defaults for the size flags not given.
+  command.parse_complete_callback([&flags, hidden, image, dropout, batch] {
+    if (!is_graph_model(flags.model)) {
+      return;
+    }
+    const ModelFlags defaults = unet_defaults(flags.model);
+    if (hidden->count() == 0) {
+      flags.hidden = defaults.hidden;
+    }
+    if (image->count() == 0) {
+      flags.image = defaults.image;
+    }
+    if (dropout->count() == 0) {
+      flags.dropout = defaults.dropout;
+    }
+    if (batch->count() == 0) {
+      flags.batch = defaults.batch;
+    }
+  });
+}
+
+bool is_graph_model(const std::string& model) {
+  return model == "unet2d" || model == "unet3d";
+}
+
+ModelFlags unet_defaults(const std::string& model) {
+  ModelFlags flags;
+  flags.model = model;
+  flags.hidden = 8;
+  flags.dropout = 0;
+  flags.levels = 3;
+  flags.image = model == "unet3d" ? 16 : 32;
+  flags.batch = model == "unet3d" ? 4 : 8;
+  return flags;
+}
+
+std::vector<int64_t> unet_spatial_size(const std::string& model, int64_t edge) {
+  return std::vector<int64_t>(model == "unet3d" ? 3 : 2, edge);
+}
+
+TrainingGraph training_graph_of(models::UNet unet, const std::string& model) {
+  TrainingGraph graph;
+  graph.stages = unet->stages();
+  graph.encoder_stages = 2 * unet->options.levels();
+  graph.unet = std::move(unet);
+  LossHead loss(model);
+  const int last = static_cast<int>(graph.stages.size()) - 1;
+  graph.stages.push_back(
+      {[loss](const std::vector<torch::Tensor>& in) mutable {
+         return loss->forward(in.at(0));
+       },
+       loss.ptr(),
+       {last}});
+  return graph;
+}
+
+TrainingGraph clone_training_graph(const TrainingGraph& graph) {
+  auto copy = std::dynamic_pointer_cast<models::UNetImpl>(graph.unet->clone());
+  TORCH_INTERNAL_ASSERT(copy, "UNet::clone returned another type");
+  auto loss =
+      std::dynamic_pointer_cast<LossHeadImpl>(graph.stages.back().module);
+  TORCH_INTERNAL_ASSERT(loss, "a training graph ends in a LossHead");
+  return training_graph_of(models::UNet(copy), loss->model());
+}
+
+void set_targets(const TrainingGraph& graph, const Batch& batch) {
+  auto head =
+      std::dynamic_pointer_cast<LossHeadImpl>(graph.stages.back().module);
+  TORCH_CHECK(
+      head != nullptr,
+      "remat::cli::set_targets: expected a training graph ending in a "
+      "LossHead");
+  head->set_targets(batch.targets);
 }
 
 Workload::Workload(const ModelFlags& flags, uint64_t seed)
-    : flags_(flags), generator_(models::make_cpu_generator(seed)) {
+    : flags_(flags), generator_(models::make_cpu_generator(seed)), seed_(seed) {
   require_positive("--layers", flags.layers);
   require_positive("--hidden", flags.hidden);
   require_positive("--batch", flags.batch);
@@ -149,9 +259,42 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
            << " per stage, channels " << flags.hidden << ".."
            << (flags.hidden << (stages - 1)) << ", image " << flags.image
            << ", batch " << flags.batch << "; synthetic class templates";
+  } else if (is_graph_model(flags.model)) {
+    require_positive("--levels", flags.levels);
+    require_positive("--image", flags.image);
+    if (flags.levels > 16) {
+      throw UsageError(
+          "--levels: expected at most 16, got " + std::to_string(flags.levels));
+    }
+    const int64_t multiple = int64_t{1} << flags.levels;
+    if (flags.image % multiple != 0) {
+      throw UsageError(
+          "--image: must be divisible by 2^levels = " +
+          std::to_string(multiple) + " (--levels " +
+          std::to_string(flags.levels) + "), got " +
+          std::to_string(flags.image));
+    }
+    const bool volume = flags.model == "unet3d";
+    graph_ = training_graph_of(
+        models::UNet(models::UNetOptions()
+                         .dims(volume ? 3 : 2)
+                         .levels(flags.levels)
+                         .base_width(flags.hidden)
+                         .dropout(flags.dropout)),
+        flags.model);
+    const std::string edge = std::to_string(flags.image);
+    detail << flags.levels << " levels, width " << flags.hidden << ".."
+           << (flags.hidden << flags.levels) << ", "
+           << (volume ? "volume " + edge + "x" + edge + "x" + edge
+                      : "image " + edge + "x" + edge)
+           << ", batch " << flags.batch << "; synthetic "
+           << (volume ? "ellipsoids" : "ellipses");
+    detail_ = detail.str();
+    return;
   } else {
     throw UsageError(
-        "--model: expected gpt, mlp or resnet, got '" + flags.model + "'");
+        "--model: expected gpt, mlp, resnet, unet2d or unet3d, got '" +
+        flags.model + "'");
   }
   detail_ = detail.str();
   training_model_ = torch::nn::Sequential();
@@ -161,9 +304,45 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
   training_model_->push_back(LossHead(flags.model));
 }
 
+torch::nn::Sequential Workload::model() const {
+  if (is_graph()) {
+    throw UsageError(graph_model_refused(flags_.model));
+  }
+  return model_;
+}
+
+torch::nn::Sequential Workload::training_model() const {
+  if (is_graph()) {
+    throw UsageError(graph_model_refused(flags_.model));
+  }
+  return training_model_;
+}
+
+const TrainingGraph& Workload::training_graph() const {
+  TORCH_INTERNAL_ASSERT(is_graph(), "training_graph() of a chain model");
+  return graph_;
+}
+
+Batch Workload::held_out_batch() const {
+  TORCH_INTERNAL_ASSERT(is_graph(), "held_out_batch() of a chain model");
+  const models::SegmentationBatch data = models::phantom_batch(
+      flags_.batch,
+      unet_spatial_size(flags_.model, flags_.image),
+      seed_ + kHeldOutSeedOffset);
+  return {data.images, data.labels};
+}
+
 Batch Workload::next_batch() {
   Batch batch;
-  if (flags_.model == "gpt") {
+  if (is_graph()) {
+    // Each batch its own phantoms: seeds seed * 2^20 + 0, 1, 2, ...
+    const models::SegmentationBatch data = models::phantom_batch(
+        flags_.batch,
+        unet_spatial_size(flags_.model, flags_.image),
+        (seed_ << 20) + static_cast<uint64_t>(batches_drawn_++));
+    batch.inputs = data.images;
+    batch.targets = data.labels;
+  } else if (flags_.model == "gpt") {
     const int64_t windows = data_.size(0) - flags_.seq - 1;
     torch::Tensor starts =
         torch::randint(windows + 1, {flags_.batch}, generator_, torch::kLong);
@@ -194,6 +373,9 @@ torch::Tensor LossHeadImpl::forward(const torch::Tensor& output) {
   if (model_ == "gpt") {
     return models::gpt_loss(output, targets_);
   }
+  if (is_graph_model(model_)) {
+    return models::segmentation_loss(output, targets_);
+  }
   return torch::nn::functional::cross_entropy(output, targets_);
 }
 
@@ -218,7 +400,9 @@ void set_targets(
 
 int64_t Workload::parameter_count() const {
   int64_t count = 0;
-  for (const auto& parameter : model_->parameters()) {
+  const std::vector<torch::Tensor> parameters =
+      is_graph() ? graph_.unet->parameters() : model_->parameters();
+  for (const auto& parameter : parameters) {
     count += parameter.numel();
   }
   return count;
@@ -235,7 +419,9 @@ std::string Workload::description() const {
   } else {
     text << parameters;
   }
-  text << " parameters, " << model_->size() << " stages + loss";
+  const size_t stages = is_graph() ? graph_.stages.size() - 1 : model_->size();
+  text << " parameters, " << stages << (is_graph() ? " graph" : "")
+       << " stages + loss";
   return text.str();
 }
 
