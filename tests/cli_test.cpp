@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -896,6 +897,147 @@ TEST(RematBinary, FitFlagsAnswersAtTheSearchBound) {
   for (const auto& answer : report.at("answers")) {
     EXPECT_TRUE(answer["at_search_bound"].get<bool>()) << answer.dump();
   }
+}
+
+// A small 2D U-Net: 2 levels of base width 4 on 32x32 phantoms.
+const std::string kTinyUNet =
+    "--model unet2d --levels 2 --hidden 4 --image 32 --batch 4 --threads 1";
+
+// Dice values of a train --json report, in step order.
+std::vector<double> dice_of(const nlohmann::json& report) {
+  std::vector<double> dice;
+  for (const auto& point : report.at("dice")) {
+    dice.push_back(point.at("dice").get<double>());
+  }
+  return dice;
+}
+
+// The loss is a stage of the graph, so a measured peak is what
+// planner::simulate predicts: never above it, and within 10 % below it
+// (docs/graphs.md, "What is guaranteed").
+void expect_within_prediction(const nlohmann::json& report) {
+  const int64_t measured = report["peak_bytes"].get<int64_t>();
+  const int64_t predicted = report["predicted_peak_bytes"].get<int64_t>();
+  EXPECT_LE(measured, predicted) << report.dump();
+  EXPECT_GE(measured, predicted - predicted / 10) << report.dump();
+}
+
+TEST(RematBinary, TrainUNetUnderABudgetKeepsItAsPredictedAndTheDiceRises) {
+  const ProcessResult result = run_remat(
+      "train " + kTinyUNet +
+      " --steps 60 --baseline-steps 3 --budget 70% --log-every 10 --json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const nlohmann::json report = nlohmann::json::parse(result.out);
+  EXPECT_EQ(report["strategy"], "optimal");
+  EXPECT_EQ(report["over_budget_steps"], 0) << result.out;
+  EXPECT_LE(
+      report["peak_bytes"].get<int64_t>(),
+      report["budget_bytes"].get<int64_t>());
+  expect_within_prediction(report);
+  EXPECT_EQ(report["baseline"]["max_loss_difference"].get<double>(), 0.0)
+      << "the planned graph's losses differ from the plain run's";
+  const std::vector<double> dice = dice_of(report);
+  ASSERT_GE(dice.size(), 3u) << result.out;
+  EXPECT_GT(dice.back(), dice.front() + 0.2)
+      << "the Dice on the held-out batch did not rise: " << result.out;
+  EXPECT_GT(dice.back(), 0.6) << result.out;
+
+  const ProcessResult text =
+      run_remat("train " + kTinyUNet + " --steps 4 --budget 70%");
+  ASSERT_EQ(text.exit_code, 0) << describe(text);
+  for (const std::string line :
+       {"plan      optimal: ",
+        "  peak            ",
+        "kept on every step",
+        "  dice            ",
+        "executor  remat::PlannedGraph"}) {
+    EXPECT_NE(text.out.find(line), std::string::npos) << line << text.out;
+  }
+}
+
+TEST(RematBinary, TrainUNetPerBlockEncoderAndNoneRunTheirSchedules) {
+  std::map<std::string, int64_t> peaks;
+  for (const std::string strategy : {"none", "per-block", "encoder"}) {
+    SCOPED_TRACE(strategy);
+    const ProcessResult result = run_remat(
+        "train " + kTinyUNet + " --strategy " + strategy +
+        " --steps 2 --no-baseline --json");
+    ASSERT_EQ(result.exit_code, 0) << describe(result);
+    const nlohmann::json report = nlohmann::json::parse(result.out);
+    EXPECT_EQ(report["strategy"], strategy);
+    peaks[strategy] = report["peak_bytes"].get<int64_t>();
+    expect_within_prediction(report);
+  }
+  EXPECT_LT(peaks["per-block"], peaks["none"]);
+  EXPECT_LT(peaks["encoder"], peaks["none"]);
+  const ProcessResult over = run_remat(
+      "train " + kTinyUNet + " --strategy none --budget 10% --steps 1");
+  EXPECT_EQ(over.exit_code, 2) << describe(over);
+  EXPECT_NE(over.err.find("minimum feasible budget"), std::string::npos)
+      << over.err;
+}
+
+TEST(RematBinary, FitOverImageGivesEdgesInStepsOfTwoToTheLevels) {
+  constexpr int64_t kCap = 4 << 20;
+  const ProcessResult result = run_remat(
+      "fit --over image " + kTinyUNet + " --cap 4MiB --max-image 256 --json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const nlohmann::json report = nlohmann::json::parse(result.out);
+  EXPECT_EQ(report["over"], "image");
+  const auto& answers = report.at("answers");
+  ASSERT_EQ(answers.size(), 3u) << result.out;
+  const std::vector<std::string> strategies = {"none", "per-block", "optimal"};
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const auto& answer = answers[i];
+    EXPECT_EQ(answer["strategy"], strategies[i]);
+    const int64_t edge = answer["size"].get<int64_t>();
+    EXPECT_GT(edge, 0) << answer.dump();
+    EXPECT_EQ(edge % 4, 0) << "an edge is a multiple of 2^levels";
+    EXPECT_LT(edge, 256) << "the cap must bind";
+    EXPECT_EQ(answer["batch"], 4);
+    EXPECT_LE(answer["measured"]["peak_bytes"].get<int64_t>(), kCap);
+    EXPECT_LE(answer["predicted"]["peak_bytes"].get<int64_t>(), kCap);
+  }
+  EXPECT_GE(answers[1]["size"], answers[0]["size"]);
+  EXPECT_GE(answers[2]["size"], answers[0]["size"]);
+
+  const ProcessResult bad = run_remat(
+      "fit --over image " + kTinyUNet + " --cap 4MiB --max-image 102");
+  EXPECT_EQ(bad.exit_code, 1) << describe(bad);
+  EXPECT_NE(
+      bad.err.find("--max-image: must be divisible by 2^levels = 4"),
+      std::string::npos)
+      << bad.err;
+  const ProcessResult chain =
+      run_remat("fit --over image " + kTinyMlp + " --cap 4MiB");
+  EXPECT_EQ(chain.exit_code, 1) << describe(chain);
+  EXPECT_NE(chain.err.find("unet2d and unet3d"), std::string::npos)
+      << chain.err;
+}
+
+TEST(RunCli, UNetFlagsAreCheckedAndChainCommandsRefuseAGraph) {
+  ProcessResult result = run_in_process(
+      {"train", "--model", "unet2d", "--levels", "3", "--image", "36"});
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(
+      result.err.find("--image: must be divisible by 2^levels = 8 (--levels "
+                      "3), got 36"),
+      std::string::npos)
+      << result.err;
+  result = run_in_process({"profile", "--model", "unet3d"});
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(result.err.find("not a chain"), std::string::npos) << result.err;
+  result =
+      run_in_process({"train", "--model", "mlp", "--strategy", "per-block"});
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(result.err.find("a U-Net's strategy"), std::string::npos)
+      << result.err;
+  result =
+      run_in_process({"train", "--model", "unet2d", "--strategy", "uniform:2"});
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(
+      result.err.find("optimal, none, per-block or encoder"), std::string::npos)
+      << result.err;
 }
 
 TEST(RunCli, MistypedCommandsAndFlagsGetASuggestion) {
