@@ -91,7 +91,7 @@ sanitize: $(SETUP)
 # regenerates docs/benchmarks.md from the results (tables also as CSV and
 # JSON in BENCH_OUT). About 40 minutes on 2 idle cores.
 BENCH_OUT       ?= $(BUILD)/bench-results
-BENCH_SCENARIOS ?= E1 --batch 512 E2 E2-variants E2-selective E3 E4 E5 E6
+BENCH_SCENARIOS ?= E1 --batch 512 E2 E2-variants E2-selective E3 E4 E5 E6 E7
 BENCH_PAGE      ?= docs/benchmarks.md
 BENCH_PREAMBLE  ?= bench/benchmarks_preamble.md
 bench:
