@@ -319,6 +319,10 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
   held.insert(held.end(), buffers.begin(), buffers.end());
   result.parameter_state_bytes = held_bytes(held);
   result.optimizer_state_bytes = optimizer_state_bytes_;
+  // The model ends in the loss (workload.h). Its targets are set before
+  // the meter starts: replacing them frees the previous batch's, which are
+  // not the step's activations.
+  set_targets_(batch);
   {
     AutocastGuard autocast(c10::kCPU, precision_);
     meter_.reset();
@@ -329,7 +333,6 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
       if (compress_) {
         compressed.emplace(*compress_);
       }
-      set_targets_(batch);  // the model ends in the loss (workload.h)
       loss = executor_->forward(batch.inputs);
     }
     result.forward_ms = elapsed_ms(forward_start);
