@@ -1032,6 +1032,25 @@ TEST(RunCli, UNetFlagsAreCheckedAndChainCommandsRefuseAGraph) {
   EXPECT_EQ(result.exit_code, 1) << describe(result);
   EXPECT_NE(result.err.find("a U-Net's strategy"), std::string::npos)
       << result.err;
+  // --over image is also spelled patch and image-size.
+  for (const std::string over : {"patch", "image-size"}) {
+    result = run_in_process(
+        {"fit",
+         "--model",
+         "unet3d",
+         "--over",
+         over,
+         "--max-image",
+         "36",
+         "--cap",
+         "8MiB"});
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    EXPECT_NE(result.err.find("divisible by 2^levels"), std::string::npos)
+        << over << ": " << result.err;
+  }
+  result = run_in_process({"fit", "--model", "unet3d", "--over", "volume"});
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(result.err.find("volume"), std::string::npos) << result.err;
   result =
       run_in_process({"train", "--model", "unet2d", "--strategy", "uniform:2"});
   EXPECT_EQ(result.exit_code, 1) << describe(result);

@@ -236,8 +236,14 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
           options.over,
           "What to fit: batch (at --seq for the gpt), seq-len (gpt only, at "
           "--batch; --seq is not used) or image (unet2d, unet3d: the image "
-          "or volume edge, a multiple of 2^levels, at --batch)")
-      ->check(CLI::IsMember({"batch", "seq-len", "image"}))
+          "or volume edge, a multiple of 2^levels, at --batch; also "
+          "spelled image-size or patch)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, std::string>{
+          {"batch", "batch"},
+          {"seq-len", "seq-len"},
+          {"image", "image"},
+          {"image-size", "image"},
+          {"patch", "image"}}))
       ->capture_default_str();
   command
       ->add_option(
