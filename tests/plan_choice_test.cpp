@@ -1,6 +1,6 @@
 // Tests of remat/plan_choice.h: choose_plan's rules for budgets and
-// strategies, and plan_within as its optimal case. Torch-free chains with
-// fixed costs: nothing is measured.
+// strategies, and plan_within as its optimal case, on chains and graphs.
+// Torch-free models with fixed costs: nothing is measured.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -115,6 +115,81 @@ TEST(PlanWithin, IsTheOptimalChoiceAndRefusesBelowTheMinimumWithC10Error) {
   const int64_t minimum = remat::planner::min_feasible_budget_bytes(chain);
   try {
     remat::plan_within(chain, Budget::bytes(minimum - 1));
+    ADD_FAILURE() << "no error below the minimum";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(
+        std::string(error.what()).find(std::to_string(minimum) + " bytes"),
+        std::string::npos)
+        << error.what();
+  }
+}
+
+// A two-level skip graph (the shape of a small U-Net) with fixed costs.
+remat::planner::Graph skip_graph() {
+  using remat::planner::kGraphInput;
+  std::vector<remat::planner::StageCost> stages;
+  for (int64_t i = 0; i < 6; ++i) {
+    remat::planner::StageCost cost;
+    cost.forward_ms = 1.0 + static_cast<double>(i % 3);
+    cost.backward_ms = 2.0 * cost.forward_ms;
+    cost.output_bytes = 1000 * (i % 2 + 1);
+    cost.saved_bytes = 4000 + 1000 * i;
+    stages.push_back(cost);
+  }
+  return remat::planner::Graph(
+      stages, {{kGraphInput}, {0}, {1}, {2, 1}, {3, 0}, {4}}, 2000);
+}
+
+// On a graph the same rules hold: the optimal choice is solve_optimal's,
+// fixed stage modes are schedule_graph's and a given budget binds them, a
+// default one below the minimum is raised, and plan_within refuses below the
+// minimum with a c10::Error.
+TEST(ChoosePlan, TheRulesHoldOnAGraph) {
+  using remat::planner::StageMode;
+  const remat::planner::Graph graph = skip_graph();
+  const int64_t minimum = remat::planner::min_feasible_budget_bytes(graph);
+  const Budget roomy = Budget::parse("80%");
+  const auto optimal = remat::choose_plan(graph, roomy, BudgetOrigin::kGiven);
+  EXPECT_EQ(optimal.strategy.to_string(), "optimal");
+  EXPECT_EQ(optimal.min_feasible_bytes, minimum);
+  EXPECT_EQ(optimal.budget_bytes, roomy.resolve_bytes(graph));
+  EXPECT_EQ(
+      optimal.plan,
+      *remat::planner::solve_optimal(graph, roomy.resolve_bytes(graph)));
+  EXPECT_EQ(remat::plan_within(graph, roomy), optimal.plan);
+  EXPECT_LE(optimal.simulation.peak_bytes, *optimal.budget_bytes);
+
+  const std::vector<StageMode> per_block(6, StageMode::kCheckpoint);
+  const auto fixed = remat::choose_plan(
+      graph, per_block, Budget::none(), BudgetOrigin::kGiven);
+  EXPECT_EQ(fixed.strategy.to_string(), "none");
+  EXPECT_EQ(fixed.plan, remat::planner::schedule_graph(graph, per_block));
+  EXPECT_FALSE(fixed.budget_bytes.has_value());
+  const Budget below_fixed = Budget::bytes(fixed.simulation.peak_bytes - 1);
+  EXPECT_THROW(
+      remat::choose_plan(graph, per_block, below_fixed, BudgetOrigin::kGiven),
+      remat::InfeasibleBudgetError);
+  EXPECT_EQ(
+      remat::choose_plan(graph, per_block, below_fixed, BudgetOrigin::kSweep)
+          .plan,
+      fixed.plan);
+  EXPECT_THROW(
+      remat::choose_plan(
+          graph, std::vector<StageMode>(2), roomy, BudgetOrigin::kGiven),
+      std::invalid_argument);
+
+  const Budget tiny = Budget::bytes(minimum - 1);
+  const auto raised = remat::choose_plan(graph, tiny, BudgetOrigin::kDefault);
+  EXPECT_EQ(raised.budget_bytes, minimum);
+  EXPECT_LE(raised.simulation.peak_bytes, minimum);
+  try {
+    remat::choose_plan(graph, tiny, BudgetOrigin::kGiven);
+    ADD_FAILURE() << "no error below the minimum";
+  } catch (const remat::InfeasibleBudgetError& error) {
+    EXPECT_EQ(error.min_feasible_bytes(), minimum);
+  }
+  try {
+    remat::plan_within(graph, tiny);
     ADD_FAILURE() << "no error below the minimum";
   } catch (const c10::Error& error) {
     EXPECT_NE(

@@ -28,6 +28,7 @@
 #include <torch/types.h>
 
 #include "remat/budget.h"
+#include "remat/plan_choice.h"
 #include "remat/planned_chain.h"
 #include "remat/planner/graph.h"
 #include "remat/planner/plan.h"
@@ -87,15 +88,8 @@ planner::Graph profile_graph(
     const torch::Tensor& sample,
     const ProfileOptions& options = {});
 
-/// The fastest plan the graph solver finds (planner::solve_optimal on the
-/// graph) within `budget` resolved on `graph` (Budget::resolve_bytes).
-/// Throws c10::Error naming the requested and the minimum bytes if the
-/// budget is below planner::min_feasible_budget_bytes(graph), and as
-/// Budget::resolve_bytes.
-planner::Plan plan_within(
-    const planner::Graph& graph,
-    const Budget& budget,
-    const planner::SolverOptions& options = {});
+// plan_within(graph, budget) and choose_plan on graphs (the optimal plan, or
+// fixed stage modes, under a budget) are declared in remat/plan_choice.h.
 
 /// Options of PlannedGraph.
 struct PlannedGraphOptions {

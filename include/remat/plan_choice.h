@@ -13,15 +13,22 @@
 //    program's default must work on any model. A given budget is never
 //    changed.
 //  - Budget::none() plans with the store-all peak as the budget.
+//
+// The same rules hold on a graph (remat/planner/graph.h), whose strategies are
+// the optimal plan (driven by the budget) and fixed stage modes
+// (planner::schedule_graph: every stage kCheckpoint is per-block
+// checkpointing), which ignore it when planning.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "remat/budget.h"
 #include "remat/planner/chain.h"
+#include "remat/planner/graph.h"
 #include "remat/planner/plan.h"
 #include "remat/planner/simulate.h"
 #include "remat/planner/solvers.h"
@@ -37,8 +44,11 @@ enum class BudgetOrigin {
   kSweep,    ///< one of a sweep's budgets: binds optimal and chen only
 };
 
-/// A plan chosen for a chain, with its prediction and the numbers around it.
+/// A plan chosen for a chain or a graph, with its prediction and the numbers
+/// around it.
 struct PlanChoice {
+  /// The chain strategy; on a graph, kOptimal for the optimal plan and kNone
+  /// for fixed stage modes (the caller names those).
   planner::Strategy strategy;
   /// The budget in bytes (simulate()'s units); std::nullopt when there is
   /// none, or when it does not apply (a fixed strategy, budget not given).
@@ -54,7 +64,8 @@ struct PlanChoice {
   int64_t store_all_peak_bytes = 0;
   double store_all_time_ms = 0;
   /// The smallest budget at which any plan fits; std::nullopt for a chain
-  /// longer than planner::kMaxExactStages (not computed: too slow).
+  /// longer than planner::kMaxExactStages (not computed: too slow). Always
+  /// computed on a graph.
   std::optional<int64_t> min_feasible_bytes;
   /// The policy the plan's kForwardSelective ops run under: the one the
   /// chain was profiled with (empty: the chain has no selective costs).
@@ -113,6 +124,52 @@ PlanChoice choose_plan(
 /// requested bytes.
 planner::Plan plan_within(
     const planner::Chain& chain,
+    const Budget& budget,
+    const planner::SolverOptions& solver = {});
+
+/// The optimal plan for `graph` (planner::solve_optimal on the graph) under
+/// `budget`, bound as `origin` says (see the top). Throws
+/// InfeasibleBudgetError naming the budget and
+/// planner::min_feasible_budget_bytes(graph) when no plan fits.
+PlanChoice choose_plan(
+    const planner::Graph& graph,
+    const Budget& budget,
+    BudgetOrigin origin,
+    const planner::SolverOptions& solver = {});
+
+/// The fixed plan planner::schedule_graph(graph, modes) (one mode per
+/// stage), with the rules of a fixed strategy: the budget does not shape it,
+/// a given one binds it (InfeasibleBudgetError when it is predicted to peak
+/// above). Throws std::invalid_argument as schedule_graph for bad modes.
+///
+/// Example (per-block checkpointing, as MONAI's):
+// clang-format off
+///   remat::PlanChoice choice = remat::choose_plan(
+///       graph, std::vector<remat::planner::StageMode>(
+///                  graph.size(), remat::planner::StageMode::kCheckpoint),
+///       remat::Budget::parse("2GiB"), remat::BudgetOrigin::kGiven);
+// clang-format on
+PlanChoice choose_plan(
+    const planner::Graph& graph,
+    const std::vector<planner::StageMode>& modes,
+    const Budget& budget,
+    BudgetOrigin origin);
+
+/// The optimal plan for `graph` within `budget`: choose_plan(graph, budget,
+/// BudgetOrigin::kGiven).plan. 100% is the predicted store-all peak;
+/// Budget::none() gives the store-all plan.
+///
+/// Example:
+// clang-format off
+///   auto graph = remat::profile_graph(stages, sample);
+///   remat::PlannedGraph net(stages, remat::plan_within(graph, remat::Budget::parse("50%")));
+// clang-format on
+///
+/// Throws c10::Error naming the requested and the minimum bytes if the
+/// budget is below planner::min_feasible_budget_bytes(graph), and as
+/// Budget::resolve_bytes.
+planner::Plan plan_within(
+    const planner::Graph& graph,
     const Budget& budget,
     const planner::SolverOptions& solver = {});
 

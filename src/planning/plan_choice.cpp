@@ -13,17 +13,106 @@ namespace {
 
 std::string infeasible_message(
     const PlanChoice& choice, const std::string& what) {
-  const std::string minimum = choice.min_feasible_bytes
-      ? "the minimum feasible budget is " +
-          planner::format_bytes(*choice.min_feasible_bytes) + " (" +
-          std::to_string(*choice.min_feasible_bytes) +
-          " bytes; the optimal strategy reaches it)"
-      : "the minimum feasible budget is not computed for chains of more "
-        "than " +
-          std::to_string(planner::kMaxExactStages) + " stages";
+  const std::string minimum =
+      choice.min_feasible_bytes
+          ? "the minimum feasible budget is " +
+                planner::format_bytes(*choice.min_feasible_bytes) + " (" +
+                std::to_string(*choice.min_feasible_bytes) +
+                " bytes; the optimal strategy reaches it)"
+          : "the minimum feasible budget is not computed for chains of more "
+            "than " +
+                std::to_string(planner::kMaxExactStages) + " stages";
   return "budget " + planner::format_bytes(*choice.budget_bytes) + " (" +
-         std::to_string(*choice.budget_bytes) + " bytes) is infeasible: " +
-         what + "; " + minimum;
+         std::to_string(*choice.budget_bytes) +
+         " bytes) is infeasible: " + what + "; " + minimum;
+}
+
+// Sets the choice's budget from `budget` (not none) under the rules of the
+// top of remat/plan_choice.h; `budget_bytes` is it resolved on the model.
+void bind_budget(
+    PlanChoice& choice,
+    const Budget& budget,
+    int64_t budget_bytes,
+    bool uses_budget,
+    BudgetOrigin origin) {
+  if (!uses_budget && origin != BudgetOrigin::kGiven) {
+    return;
+  }
+  choice.budget_bytes = budget_bytes;
+  choice.budget_text = budget.to_string();
+  if (origin == BudgetOrigin::kDefault && choice.min_feasible_bytes &&
+      budget_bytes < *choice.min_feasible_bytes) {
+    choice.budget_bytes = *choice.min_feasible_bytes;
+    choice.budget_text = "the minimum feasible budget (the default, " +
+                         budget.to_string() + ", is below it)";
+  }
+}
+
+// Stores `plan` and its simulation in the choice; throws when no plan was
+// found or a bound budget is below its predicted peak. `name` names the
+// strategy in the message.
+template <typename Model>
+void take_plan(
+    PlanChoice& choice,
+    const Model& model,
+    std::optional<planner::Plan> plan,
+    const std::string& name) {
+  if (!plan) {
+    throw InfeasibleBudgetError(
+        infeasible_message(choice, "no " + name + " plan fits it"),
+        choice.min_feasible_bytes);
+  }
+  choice.plan = std::move(*plan);
+  choice.simulation = planner::simulate(model, choice.plan);
+  if (choice.budget_bytes &&
+      choice.simulation.peak_bytes > *choice.budget_bytes) {
+    throw InfeasibleBudgetError(
+        infeasible_message(
+            choice,
+            name + " is predicted to peak at " +
+                planner::format_bytes(choice.simulation.peak_bytes)),
+        choice.min_feasible_bytes);
+  }
+}
+
+// A graph's choice up to its plan: the store-all prediction, the minimum
+// and the bound budget.
+PlanChoice graph_choice(
+    const planner::Graph& graph,
+    planner::Strategy strategy,
+    const Budget& budget,
+    BudgetOrigin origin) {
+  PlanChoice choice;
+  choice.strategy = std::move(strategy);
+  const planner::Simulation store_all =
+      planner::simulate(graph, planner::solve_store_all(graph));
+  choice.store_all_peak_bytes = store_all.peak_bytes;
+  choice.store_all_time_ms = store_all.time_ms;
+  choice.min_feasible_bytes = planner::min_feasible_budget_bytes(graph);
+  if (!budget.is_none()) {
+    bind_budget(
+        choice,
+        budget,
+        budget.resolve_bytes(graph),
+        choice.strategy.uses_budget(),
+        origin);
+  }
+  return choice;
+}
+
+// Both plan_within()s: the library's contract for a budget below the
+// minimum is a c10::Error naming both numbers.
+[[noreturn]] void throw_below_minimum(
+    int64_t minimum_bytes, int64_t budget_bytes, const Budget& budget) {
+  TORCH_CHECK(
+      false,
+      "remat::plan_within: expected a budget of at least ",
+      minimum_bytes,
+      " bytes (the minimum feasible for this model and input), got ",
+      budget_bytes,
+      " bytes (",
+      budget.to_string(),
+      ")");
 }
 
 }  // namespace
@@ -43,39 +132,53 @@ PlanChoice choose_plan(
   if (chain.size() <= planner::kMaxExactStages) {
     choice.min_feasible_bytes = planner::min_feasible_budget_bytes(chain);
   }
-  if (!budget.is_none() &&
-      (strategy.uses_budget() || origin == BudgetOrigin::kGiven)) {
-    choice.budget_bytes = budget.resolve_bytes(chain);
-    choice.budget_text = budget.to_string();
-    if (origin == BudgetOrigin::kDefault && choice.min_feasible_bytes &&
-        *choice.budget_bytes < *choice.min_feasible_bytes) {
-      choice.budget_bytes = *choice.min_feasible_bytes;
-      choice.budget_text = "the minimum feasible budget (the default, " +
-                           budget.to_string() + ", is below it)";
-    }
+  if (!budget.is_none()) {
+    bind_budget(
+        choice,
+        budget,
+        budget.resolve_bytes(chain),
+        strategy.uses_budget(),
+        origin);
   }
-  std::optional<planner::Plan> plan = planner::solve(
+  take_plan(
+      choice,
       chain,
-      strategy,
-      choice.budget_bytes.value_or(choice.store_all_peak_bytes),
-      solver);
-  if (!plan) {
-    throw InfeasibleBudgetError(
-        infeasible_message(
-            choice, "no " + strategy.to_string() + " plan fits it"),
-        choice.min_feasible_bytes);
-  }
-  choice.plan = std::move(*plan);
-  choice.simulation = planner::simulate(chain, choice.plan);
-  if (choice.budget_bytes &&
-      choice.simulation.peak_bytes > *choice.budget_bytes) {
-    throw InfeasibleBudgetError(
-        infeasible_message(
-            choice,
-            strategy.to_string() + " is predicted to peak at " +
-                planner::format_bytes(choice.simulation.peak_bytes)),
-        choice.min_feasible_bytes);
-  }
+      planner::solve(
+          chain,
+          strategy,
+          choice.budget_bytes.value_or(choice.store_all_peak_bytes),
+          solver),
+      strategy.to_string());
+  return choice;
+}
+
+PlanChoice choose_plan(
+    const planner::Graph& graph,
+    const Budget& budget,
+    BudgetOrigin origin,
+    const planner::SolverOptions& solver) {
+  PlanChoice choice =
+      graph_choice(graph, planner::Strategy::parse("optimal"), budget, origin);
+  take_plan(
+      choice,
+      graph,
+      planner::solve_optimal(
+          graph,
+          choice.budget_bytes.value_or(choice.store_all_peak_bytes),
+          solver),
+      "optimal");
+  return choice;
+}
+
+PlanChoice choose_plan(
+    const planner::Graph& graph,
+    const std::vector<planner::StageMode>& modes,
+    const Budget& budget,
+    BudgetOrigin origin) {
+  PlanChoice choice =
+      graph_choice(graph, planner::Strategy::parse("none"), budget, origin);
+  take_plan(
+      choice, graph, planner::schedule_graph(graph, modes), "the fixed plan");
   return choice;
 }
 
@@ -83,18 +186,11 @@ planner::Plan plan_within(
     const planner::Chain& chain,
     const Budget& budget,
     const planner::SolverOptions& solver) {
-  // The library's contract for this case: c10::Error naming both numbers.
   const int64_t budget_bytes = budget.resolve_bytes(chain);
   const int64_t minimum_bytes = planner::min_feasible_budget_bytes(chain);
-  TORCH_CHECK(
-      budget_bytes >= minimum_bytes,
-      "remat::plan_within: expected a budget of at least ",
-      minimum_bytes,
-      " bytes (the minimum feasible for this model and input), got ",
-      budget_bytes,
-      " bytes (",
-      budget.to_string(),
-      ")");
+  if (budget_bytes < minimum_bytes) {
+    throw_below_minimum(minimum_bytes, budget_bytes, budget);
+  }
   return choose_plan(
              chain,
              planner::Strategy::parse("optimal"),
@@ -102,6 +198,18 @@ planner::Plan plan_within(
              BudgetOrigin::kGiven,
              solver)
       .plan;
+}
+
+planner::Plan plan_within(
+    const planner::Graph& graph,
+    const Budget& budget,
+    const planner::SolverOptions& solver) {
+  try {
+    return choose_plan(graph, budget, BudgetOrigin::kGiven, solver).plan;
+  } catch (const InfeasibleBudgetError& error) {
+    throw_below_minimum(
+        *error.min_feasible_bytes(), budget.resolve_bytes(graph), budget);
+  }
 }
 
 }  // namespace remat

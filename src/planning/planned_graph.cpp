@@ -1,6 +1,6 @@
 // planned_graph.cpp: PlannedGraph (a graph of stages run by the plan
-// executor, NOTE: [Plan execution] in plan_executor.cpp), plan_within and
-// auto_checkpoint for graphs.
+// executor, NOTE: [Plan execution] in plan_executor.cpp) and auto_checkpoint
+// for graphs (plan_within: plan_choice.cpp).
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -115,27 +115,6 @@ void PlannedGraphImpl::pretty_print(std::ostream& stream) const {
   }
   stream << "remat::PlannedGraph(stages=" << stages_->size()
          << ", ops=" << plan_.ops.size() << ", plan=" << text << ")";
-}
-
-planner::Plan plan_within(
-    const planner::Graph& graph,
-    const Budget& budget,
-    const planner::SolverOptions& options) {
-  const int64_t budget_bytes = budget.resolve_bytes(graph);
-  std::optional<planner::Plan> plan =
-      planner::solve_optimal(graph, budget_bytes, options);
-  if (!plan) {  // exactly below the minimum: name it
-    TORCH_CHECK(
-        false,
-        "remat::plan_within: expected a budget of at least ",
-        planner::min_feasible_budget_bytes(graph),
-        " bytes (the minimum feasible for this graph and input), got ",
-        budget_bytes,
-        " bytes (",
-        budget.to_string(),
-        ")");
-  }
-  return *plan;
 }
 
 PlannedGraph auto_checkpoint(

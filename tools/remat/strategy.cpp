@@ -67,54 +67,14 @@ PlanChoice choose_graph_plan(
     int64_t encoder_stages,
     const Budget& budget,
     BudgetOrigin origin) {
-  PlanChoice choice;
-  const bool optimal = strategy == GraphStrategy::kOptimal;
-  choice.strategy = planner::Strategy::parse(optimal ? "optimal" : "none");
-  const planner::Simulation store_all =
-      planner::simulate(graph, planner::solve_store_all(graph));
-  choice.store_all_peak_bytes = store_all.peak_bytes;
-  choice.store_all_time_ms = store_all.time_ms;
-  choice.min_feasible_bytes = planner::min_feasible_budget_bytes(graph);
-  if (!budget.is_none() && (optimal || origin == BudgetOrigin::kGiven)) {
-    choice.budget_bytes = budget.resolve_bytes(graph);
-    choice.budget_text = budget.to_string();
-    if (origin == BudgetOrigin::kDefault &&
-        *choice.budget_bytes < *choice.min_feasible_bytes) {
-      choice.budget_bytes = *choice.min_feasible_bytes;
-      choice.budget_text = "the minimum feasible budget (the default, " +
-                           budget.to_string() + ", is below it)";
-    }
+  if (strategy == GraphStrategy::kOptimal) {
+    return choose_plan(graph, budget, origin);
   }
-  auto infeasible = [&](const std::string& what) {
-    const int64_t budget_bytes = *choice.budget_bytes;
-    const int64_t minimum = *choice.min_feasible_bytes;
-    return InfeasibleBudgetError(
-        "budget " + planner::format_bytes(budget_bytes) + " (" +
-            std::to_string(budget_bytes) + " bytes) is infeasible: " + what +
-            "; the minimum feasible budget is " +
-            planner::format_bytes(minimum) + " (" + std::to_string(minimum) +
-            " bytes; the optimal strategy reaches it)",
-        minimum);
-  };
-  if (optimal) {
-    std::optional<planner::Plan> plan = planner::solve_optimal(
-        graph, choice.budget_bytes.value_or(choice.store_all_peak_bytes));
-    if (!plan) {
-      throw infeasible("no optimal plan fits it");
-    }
-    choice.plan = std::move(*plan);
-  } else {
-    choice.plan = planner::schedule_graph(
-        graph, stage_modes(strategy, graph.size(), encoder_stages));
-  }
-  choice.simulation = planner::simulate(graph, choice.plan);
-  if (choice.budget_bytes &&
-      choice.simulation.peak_bytes > *choice.budget_bytes) {
-    throw infeasible(
-        to_string(strategy) + " is predicted to peak at " +
-        planner::format_bytes(choice.simulation.peak_bytes));
-  }
-  return choice;
+  return choose_plan(
+      graph,
+      stage_modes(strategy, graph.size(), encoder_stages),
+      budget,
+      origin);
 }
 
 int64_t extra_forwards(const planner::Plan& plan) {

@@ -1,11 +1,11 @@
 // strategy.h: how the tool names and summarizes plans. The plan a command
 // runs comes from the library: remat::choose_plan (remat/plan_choice.h) with
 // its rules for budgets, which the commands call with their parsed flags. A
-// graph model (a U-Net) is planned by choose_graph_plan, the same rules on a
-// planner::Graph with the graph strategies: optimal (planner::solve_optimal
-// on the graph), none (store-all), per-block (every stage checkpointed:
-// planner::StageMode::kCheckpoint, as MONAI's per-block checkpointing) and
-// encoder (only the encoder's stages checkpointed).
+// graph model (a U-Net) is planned by the graph strategies: optimal
+// (planner::solve_optimal on the graph), none (store-all), per-block (every
+// stage checkpointed: planner::StageMode::kCheckpoint, as MONAI's per-block
+// checkpointing) and encoder (only the encoder's stages checkpointed),
+// through choose_plan on the graph.
 #pragma once
 
 #include <cstdint>
@@ -47,13 +47,9 @@ std::string to_string(GraphStrategy strategy);
 std::vector<planner::StageMode> stage_modes(
     GraphStrategy strategy, int64_t stages, int64_t encoder_stages);
 
-/// choose_plan's rules (remat/plan_choice.h) on a graph: optimal is driven
-/// by the budget; the fixed strategies ignore it when planning and a given
-/// budget binds them; a default budget below
-/// planner::min_feasible_budget_bytes(graph) is raised to it. The choice's
-/// `strategy` is Strategy::Kind::kOptimal for optimal and kNone for the
-/// others (the graph strategy names the plan). Throws InfeasibleBudgetError
-/// naming the budget and the minimum as choose_plan does.
+/// The library's choose_plan on a graph (remat/plan_choice.h) for a graph
+/// strategy: the optimal plan, or the fixed stage_modes(). Throws as
+/// choose_plan.
 PlanChoice choose_graph_plan(
     const planner::Graph& graph,
     GraphStrategy strategy,
