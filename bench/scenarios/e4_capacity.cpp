@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "harness/scenario.h"
+#include "models/models.h"
 #include "remat/measure/statistics.h"
 #include "remat/measure/timer.h"
-#include "models/models.h"
 #include "remat/remat.h"
 
 namespace remat::bench {
@@ -55,11 +55,6 @@ Section run_e4(const E4Options& options, const Context& context) {
   auto make_input = [dim, device](int64_t batch) {
     return torch::randn({batch, dim}, torch::TensorOptions().device(device));
   };
-  const auto sync = [&] {
-    if (device.is_cuda()) {
-      torch::cuda::synchronize(device.has_index() ? device.index() : -1);
-    }
-  };
   // One row per answer: fit_batch's runs first, then every answer's plan
   // timed at its batch in interleaved rounds (A B C A B C ...), so that each
   // time per sample is paired with no checkpointing's of the same round.
@@ -67,9 +62,9 @@ Section run_e4(const E4Options& options, const Context& context) {
     FitAnswer answer;
     std::string name;
     std::string limit;
-    double limit_ratio = 0;          // FitOptions::max_time_ratio of its run
-    double fit_reference_ms = 0;     // fit's ms per sample of none, same run
-    std::vector<double> step_ms;     // this scenario's timed rounds
+    double limit_ratio = 0;       // FitOptions::max_time_ratio of its run
+    double fit_reference_ms = 0;  // fit's ms per sample of none, same run
+    std::vector<double> step_ms;  // this scenario's timed rounds
   };
   std::vector<Answer> rows;
   bool none_listed = false;
@@ -119,10 +114,10 @@ Section run_e4(const E4Options& options, const Context& context) {
         continue;
       }
       model->zero_grad();
-      sync();
+      measure::synchronize(device);
       Timer timer;
       runs[r].first->forward(runs[r].second).sum().backward();
-      sync();
+      measure::synchronize(device);
       if (round >= context.warmup) {
         rows[r].step_ms.push_back(timer.elapsed_ms());
       }

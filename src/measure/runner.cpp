@@ -73,11 +73,6 @@ void Runner::step_into(
   }
   workload_.input.mutable_grad() = torch::Tensor();
   const torch::Device device = workload_.input.device();
-  const auto synchronize = [&] {
-    if (device.is_cuda()) {
-      torch::cuda::synchronize(device.has_index() ? device.index() : -1);
-    }
-  };
   if (!workload_.loss && !loss_weights_.defined()) {
     // The default loss's weights, drawn once from the gate seed.
     torch::NoGradGuard no_grad;
@@ -85,7 +80,7 @@ void Runner::step_into(
     loss_weights_ = torch::randn_like(forward(workload_.input));
   }
   torch::manual_seed(seed);
-  synchronize();
+  synchronize(device);
   remat::MemoryMeter meter(device);
   const double cpu_start_ms = process_cpu_ms();
   Timer timer;
@@ -96,11 +91,11 @@ void Runner::step_into(
     loss = workload_.loss ? workload_.loss(output)
                           : (output * loss_weights_).sum();
   }
-  synchronize();
+  synchronize(device);
   const double forward_ms = timer.elapsed_ms();
   timer.restart();
   loss.backward();
-  synchronize();
+  synchronize(device);
   const double backward_ms = timer.elapsed_ms();
   into.cpu_ms.push_back(process_cpu_ms() - cpu_start_ms);
   into.peak_bytes = std::max(into.peak_bytes, meter.peak_delta_bytes());
@@ -171,8 +166,7 @@ RunResult Runner::run(const std::vector<Configuration>& configurations) {
       }
     }
     if (options_.verbose) {
-      std::cerr << "  round " << round + 1 << "/"
-                << options_.warmup + limit
+      std::cerr << "  round " << round + 1 << "/" << options_.warmup + limit
                 << (round < options_.warmup ? " (warm-up)" : "") << "\n";
     }
     const uint64_t seed = options_.seed + 1 + static_cast<uint64_t>(round);
@@ -232,9 +226,9 @@ std::optional<std::string> busy_machine_warning(
     why << "load average " << result.load_before << " before the run";
   }
   if (result.load_after >= threads + 0.5) {
-    why << (why.tellp() > 0 ? ", " : "") << "load average "
-        << result.load_after << " at its end (this run's " << threads
-        << " thread" << (threads == 1 ? "" : "s") << " included)";
+    why << (why.tellp() > 0 ? ", " : "") << "load average " << result.load_after
+        << " at its end (this run's " << threads << " thread"
+        << (threads == 1 ? "" : "s") << " included)";
   }
   if (why.tellp() == 0) {
     return std::nullopt;

@@ -222,14 +222,14 @@ void measure_steps(
   const int steps = timed ? kWarmupSteps + kTimedSteps : 1;
   for (int step = 0; step < steps; ++step) {
     MemoryMeter meter(input.device());
-    detail::synchronize(input.device());
+    measure::synchronize(input.device());
     const measure::Timer timer;
     torch::Tensor output = net->forward(input);
     torch::Tensor loss = options.loss() ? options.loss()(output)
                                         : output.to(torch::kFloat).sum();
     output = torch::Tensor();  // as a training loop: it goes with backward
     loss.backward();
-    detail::synchronize(input.device());
+    measure::synchronize(input.device());
     const double ms = timer.elapsed_ms();
     if (step == 0) {
       // The loss and its seed gradient are outside the chain; the input

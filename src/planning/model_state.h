@@ -68,14 +68,4 @@ class ModelStateGuard {
   std::vector<std::pair<at::Generator, at::Tensor>> rng_;
 };
 
-/// Waits for the kernels queued on `device` (nothing on the CPU), so that
-/// elapsed times include them.
-inline void synchronize(c10::Device device) {
-  if (device.is_cuda()) {
-    // Elapsed times on CUDA need the queued kernels to finish; an empty
-    // device-to-host copy of a scalar is the portable way to wait.
-    torch::zeros({1}, torch::TensorOptions().device(device)).cpu();
-  }
-}
-
 }  // namespace remat::detail

@@ -107,14 +107,14 @@ struct RecordCost {
         std::max<int64_t>(forward_tmp_bytes, meter.peak_delta_bytes() - saved);
 
     torch::Tensor grad_output = torch::ones_like(output);
-    detail::synchronize(device);
+    measure::synchronize(device);
     meter.reset();
     const measure::Timer timer;
     if (output.requires_grad()) {
       // As the executor: output and gradient are handed to autograd.
       detail::run_stage_backward(std::move(output), std::move(grad_output));
     }
-    detail::synchronize(device);
+    measure::synchronize(device);
     if (run.timed) {
       backward_times.push_back(timer.elapsed_ms());
     }
@@ -164,7 +164,7 @@ planner::StageCost measure_stage(
   for (int64_t round = 0; round < rounds; ++round) {
     const bool timed = round >= options.warmup();
     {  // 1. forward with nothing recorded
-      detail::synchronize(device);
+      measure::synchronize(device);
       const detail::BufferWrites writes({call.module});
       meter.reset();
       const measure::Timer timer;
@@ -175,7 +175,7 @@ planner::StageCost measure_stage(
       }
       backup_bytes =
           std::max(backup_bytes, detail::own_buffer_bytes(writes.written()));
-      detail::synchronize(device);
+      measure::synchronize(device);
       if (timed) {
         forward_times.push_back(timer.elapsed_ms());
       }

@@ -2,22 +2,16 @@
 #include "runtime.h"
 
 #include <algorithm>
-#include <chrono>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
+
+#include <remat/measure/timer.h>
 
 #include "cli_error.h"
 
 namespace remat::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double elapsed_ms(Clock::time_point since) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - since)
-      .count();
-}
 
 // Allocates every parameter gradient (zeros) or zeroes it in place, so the
 // gradients are live before the meter starts (docs/benchmarks.md).
@@ -325,8 +319,10 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
   set_targets_(batch);
   {
     AutocastGuard autocast(c10::kCPU, precision_);
+    const c10::Device device = batch.inputs.device();
+    measure::synchronize(device);
     meter_.reset();
-    const auto forward_start = Clock::now();
+    measure::Timer timer;
     torch::Tensor loss;
     {
       std::optional<CompressActivations> compressed;
@@ -335,8 +331,9 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
       }
       loss = executor_->forward(batch.inputs);
     }
-    result.forward_ms = elapsed_ms(forward_start);
-    const auto backward_start = Clock::now();
+    measure::synchronize(device);
+    result.forward_ms = timer.elapsed_ms();
+    timer.restart();
     loss.backward();
 #if REMAT_WITH_DISTRIBUTED
     if (sync_) {
@@ -346,7 +343,8 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
       sharded_->finish();
     }
 #endif
-    result.backward_ms = elapsed_ms(backward_start);
+    measure::synchronize(device);
+    result.backward_ms = timer.elapsed_ms();
     // The loss value (the chain's output, which this step holds) and the
     // gradient that seeds backward (which autograd holds) stay alive to the
     // end of backward, past where the memory model frees them: as every

@@ -4,11 +4,13 @@
 // std::chrono::steady_clock, from construction or the last restart().
 // process_cpu_ms() is the CPU time of the whole process (all threads), for
 // measurements on a loaded machine where waiting for a core should not count.
-// Neither synchronizes a GPU: a caller timing CUDA work synchronizes the device
-// before reading the timer (Runner does).
+// Neither synchronizes a GPU: a caller timing CUDA work calls synchronize()
+// before starting and before reading the timer (Runner does).
 #pragma once
 
 #include <chrono>
+
+#include <c10/core/Device.h>
 
 namespace remat::measure {
 
@@ -39,5 +41,10 @@ class Timer {
 /// CPU time consumed by this process so far, all threads, in milliseconds
 /// (CLOCK_PROCESS_CPUTIME_ID).
 double process_cpu_ms();
+
+/// Waits until the work queued on `device` has finished (a CUDA device);
+/// returns at once for the CPU. The one device synchronization of remat's
+/// measurements.
+void synchronize(c10::Device device);
 
 }  // namespace remat::measure
