@@ -1015,6 +1015,82 @@ TEST(RematBinary, FitOverImageGivesEdgesInStepsOfTwoToTheLevels) {
       << chain.err;
 }
 
+// profile writes a U-Net's graph JSON, plan solves it with the library's
+// choice (the same plan choose_plan gives), and explain shows what each
+// stage reads.
+TEST(RematBinary, ProfilePlanExplainAUNetGraph) {
+  const fs::path file = scratch() / "tiny_unet.json";
+  ProcessResult result = run_remat(
+      "profile " + kTinyUNet + " --repeats 1 --out '" + file.string() + "'");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_NE(result.out.find("reads"), std::string::npos) << result.out;
+  const remat::planner::Graph graph =
+      remat::planner::graph_from_json(read_file(file));
+  EXPECT_FALSE(graph.is_chain());
+
+  // A budget halfway between the least and the store-all peak.
+  const int64_t budget_bytes =
+      (remat::planner::min_feasible_budget_bytes(graph) +
+       remat::planner::simulate(graph, remat::planner::solve_store_all(graph))
+           .peak_bytes) /
+      2;
+  const Budget budget = Budget::bytes(budget_bytes);
+  using remat::planner::StageMode;
+  const std::vector<std::pair<std::string, remat::planner::Plan>> expected = {
+      {"optimal", remat::choose_plan(graph, budget, BudgetOrigin::kGiven).plan},
+      {"per-block",
+       remat::planner::schedule_graph(
+           graph,
+           std::vector<StageMode>(
+               static_cast<size_t>(graph.size()), StageMode::kCheckpoint))}};
+  for (const auto& [strategy, plan] : expected) {
+    SCOPED_TRACE(strategy);
+    result = run_remat(
+        "plan '" + file.string() + "' --strategy " + strategy + " --budget " +
+        std::to_string(budget_bytes) + "B --json");
+    if (remat::planner::simulate(graph, plan).peak_bytes > budget_bytes) {
+      EXPECT_EQ(result.exit_code, 2)
+          << describe(result);  // a given budget binds
+      continue;
+    }
+    ASSERT_EQ(result.exit_code, 0) << describe(result);
+    const auto report = nlohmann::json::parse(result.out);
+    EXPECT_EQ(report["strategy"], strategy);
+    EXPECT_EQ(report["graph"]["stages"], graph.size());
+    EXPECT_EQ(report["plan"], plan.to_string());
+    EXPECT_EQ(
+        report["predicted"]["peak_bytes"],
+        remat::planner::simulate(graph, plan).peak_bytes);
+  }
+  result = run_remat("plan '" + file.string() + "' --strategy encoder");
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(result.err.find("a graph file does not say"), std::string::npos)
+      << result.err;
+  result = run_remat("plan '" + file.string() + "' --strategy sqrt");
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(
+      result.err.find("optimal, none, per-block or encoder"), std::string::npos)
+      << result.err;
+
+  result = run_remat(
+      "explain " + kTinyUNet +
+      " --strategy encoder --budget none --out '' "
+      "--json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const auto report = nlohmann::json::parse(result.out);
+  EXPECT_EQ(report["kind"], "graph");
+  EXPECT_EQ(report["strategy"], "encoder");
+  int64_t two_reads = 0;
+  for (const auto& stage : report.at("stages")) {
+    two_reads += stage.at("reads").size() == 2 ? 1 : 0;
+  }
+  EXPECT_EQ(two_reads, 2) << "one skip per level of the 2-level U-Net";
+  result = run_remat("explain " + kTinyUNet + " --selective --out ''");
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(result.err.find("--selective: not supported"), std::string::npos)
+      << result.err;
+}
+
 TEST(RunCli, UNetFlagsAreCheckedAndChainCommandsRefuseAGraph) {
   ProcessResult result = run_in_process(
       {"train", "--model", "unet2d", "--levels", "3", "--image", "36"});
@@ -1024,7 +1100,7 @@ TEST(RunCli, UNetFlagsAreCheckedAndChainCommandsRefuseAGraph) {
                       "3), got 36"),
       std::string::npos)
       << result.err;
-  result = run_in_process({"profile", "--model", "unet3d"});
+  result = run_in_process({"bench", "--model", "unet3d"});
   EXPECT_EQ(result.exit_code, 1) << describe(result);
   EXPECT_NE(result.err.find("not a chain"), std::string::npos) << result.err;
   result =

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <c10/util/Exception.h>
@@ -256,10 +257,30 @@ void apply_threads(int64_t threads);
 /// (a FIFO, a device: reading one could block forever).
 std::string read_regular_file(const std::string& flag, const std::string& path);
 
-/// Reads a chain JSON file. Throws UsageError naming `flag`, the path and the
-/// reason for a missing, unreadable or irregular file or malformed JSON.
-planner::Chain read_chain_file(
-    const std::string& flag, const std::string& path);
+/// What plan and explain solve: the stage costs of a chain or of a graph (a
+/// JSON file from `remat profile`, or a built-in model profiled).
+using StageCosts = std::variant<planner::Chain, planner::Graph>;
+
+/// Reads a chain JSON or a graph JSON file (a graph's stages say what they
+/// read: "inputs"). Throws UsageError naming `flag`, the path and the reason
+/// for a missing, unreadable or irregular file or malformed JSON.
+StageCosts read_costs_file(const std::string& flag, const std::string& path);
+
+/// "chain" or "graph", as reports name the costs.
+std::string kind_of(const StageCosts& costs);
+
+/// The plan of --strategy and --budget for `costs`: choose_plan on a chain
+/// (planner::Strategy::parse(flags.strategy)); on a graph, choose_graph_plan
+/// with parse_graph_strategy(flags.strategy), whose encoder strategy needs
+/// the model's `encoder_stages` (0 for a graph read from a file: then
+/// UsageError). Throws UsageError for a strategy the costs do not take, and
+/// as choose_plan.
+PlanChoice choose_plan_for(
+    const StageCosts& costs, const BudgetFlags& flags, int64_t encoder_stages);
+
+/// --strategy as reports name it ("uniform:4", "per-block"). Throws as
+/// choose_plan_for for a strategy the costs do not take.
+std::string strategy_name(const StageCosts& costs, const BudgetFlags& flags);
 
 /// Writes `text` to `path`, creating parent folders. Throws UsageError
 /// naming `flag` and the path on failure.

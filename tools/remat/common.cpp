@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <remat/budget.h>
 
@@ -135,15 +136,76 @@ std::string read_regular_file(
   return text.str();
 }
 
-planner::Chain read_chain_file(
-    const std::string& flag, const std::string& path) {
+StageCosts read_costs_file(const std::string& flag, const std::string& path) {
   const std::string text = read_regular_file(flag, path);
+  // A graph's stages list what they read; a chain's do not.
+  const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
+  const bool graph = !json.is_discarded() && json.is_object() &&
+                     json.contains("stages") && json["stages"].is_array() &&
+                     !json["stages"].empty() && json["stages"][0].is_object() &&
+                     json["stages"][0].contains("inputs");
   try {
+    if (graph) {
+      return planner::graph_from_json(text);
+    }
     return planner::chain_from_json(text);
   } catch (const std::invalid_argument& error) {
     throw UsageError(
-        flag + ": '" + path + "' is not a valid chain JSON: " + error.what());
+        flag + ": '" + path + "' is not a valid " +
+        (graph ? "graph" : "chain") + " JSON: " + error.what());
   }
+}
+
+std::string kind_of(const StageCosts& costs) {
+  return std::holds_alternative<planner::Graph>(costs) ? "graph" : "chain";
+}
+
+namespace {
+
+// A graph strategy for `costs` (a graph), with what a file lacks refused.
+GraphStrategy graph_strategy(const std::string& text, int64_t encoder_stages) {
+  const GraphStrategy strategy = parse_graph_strategy(text);
+  if (strategy == GraphStrategy::kEncoder && encoder_stages <= 0) {
+    throw UsageError(
+        "--strategy encoder: needs the model's encoder (--model unet2d or "
+        "unet3d); a graph file does not say which stages it is");
+  }
+  return strategy;
+}
+
+}  // namespace
+
+PlanChoice choose_plan_for(
+    const StageCosts& costs, const BudgetFlags& flags, int64_t encoder_stages) {
+  const Budget budget = Budget::parse(flags.budget);
+  if (const auto* graph = std::get_if<planner::Graph>(&costs)) {
+    return choose_graph_plan(
+        *graph,
+        graph_strategy(flags.strategy, encoder_stages),
+        encoder_stages,
+        budget,
+        flags.origin());
+  }
+  const auto& chain = std::get<planner::Chain>(costs);
+  if (flags.strategy == "per-block" || flags.strategy == "encoder") {
+    throw UsageError(
+        "--strategy " + flags.strategy +
+        ": a U-Net (graph) strategy; a chain is planned with optimal, chen, "
+        "sqrt, uniform:K or none");
+  }
+  return choose_plan(
+      chain,
+      planner::Strategy::parse(flags.strategy),
+      budget,
+      flags.origin(),
+      flags.solver());
+}
+
+std::string strategy_name(const StageCosts& costs, const BudgetFlags& flags) {
+  if (std::holds_alternative<planner::Graph>(costs)) {
+    return to_string(parse_graph_strategy(flags.strategy));
+  }
+  return planner::Strategy::parse(flags.strategy).to_string();
 }
 
 void write_text_file(

@@ -1,6 +1,7 @@
-// explain.cpp: `remat explain`: for a chain (a JSON file or a profiled
-// built-in model) and a budget, what each stage keeps and the predicted
-// memory over one training step, as a table (remat::explain) and a plot.
+// explain.cpp: `remat explain`: for a chain or a graph (a JSON file or a
+// profiled built-in model; a U-Net is a graph) and a budget, what each stage
+// keeps and the predicted memory over one training step, as a table
+// (remat::explain) and a plot.
 //
 // The memory series is simulate()'s step-by-step report: the live bytes after
 // each op and the running peak (which includes transients inside ops). It is
@@ -63,7 +64,8 @@ double mib(int64_t bytes) {
 std::string write_plot(
     const std::string& folder,
     const std::vector<TimelinePoint>& points,
-    const PlanChoice& choice) {
+    const PlanChoice& choice,
+    const std::string& strategy) {
   make_folder("--out", folder);
   std::ostringstream data;
   data << "# op_index op live_MiB peak_MiB\n" << std::setprecision(10);
@@ -80,8 +82,8 @@ std::string write_plot(
       << "set output 'explain.png'\n"
       << "set title "
       << gnuplot_quote(
-             "Predicted memory over one step: " + choice.strategy.to_string() +
-             " (" + std::to_string(points.size() - 1) + " ops)")
+             "Predicted memory over one step: " + strategy + " (" +
+             std::to_string(points.size() - 1) + " ops)")
       << "\n"
       << "set xlabel 'operation (forwards, then backward with recomputation)'\n"
       << "set ylabel 'MiB'\n"
@@ -116,7 +118,8 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& options) {
   command->add_option(
       "chain,--chain",
       options.chain_path,
-      "Chain JSON file; without it, the built-in model is profiled");
+      "Chain or graph JSON file; without it, the built-in model is "
+      "profiled");
   add_model_flags(*command, options.model);
   add_budget_flags(*command, options.budget);
   command
@@ -145,12 +148,37 @@ namespace {
 
 /// The chain explain plans: read from --chain, or the built-in model
 /// profiled (one rank's share of it with --shard).
-struct ExplainedChain {
-  planner::Chain chain;
+struct ExplainedModel {
+  StageCosts costs;
   std::string source;  ///< what it is, for the report's first line
+  /// A graph model's encoder stages (--strategy encoder); 0 otherwise.
+  int64_t encoder_stages = 0;
 };
 
-ExplainedChain chain_to_explain(const ExplainOptions& options) {
+// A U-Net (--model unet2d|unet3d) profiled as its graph.
+ExplainedModel graph_to_explain(const ExplainOptions& options) {
+  for (const auto& [flag, given] :
+       {std::pair<const char*, bool>{"--shard", options.shard > 0},
+        std::pair<const char*, bool>{"--selective", options.selective}}) {
+    if (given) {
+      throw UsageError(
+          std::string(flag) + ": not supported with --model " +
+          options.model.model +
+          " (a U-Net is planned with --strategy optimal, none, per-block or "
+          "encoder)");
+    }
+  }
+  const Precision precision = cpu_precision(options.precision);
+  Workload workload(options.model, options.seed);
+  const TrainingGraph& graph = workload.training_graph();
+  return {
+      profile_training_graph(
+          graph, workload.next_batch(), precision, ProfileOptions()),
+      workload.description() + "; " + precision_name(precision),
+      graph.encoder_stages};
+}
+
+ExplainedModel model_to_explain(const ExplainOptions& options) {
 #if !REMAT_WITH_DISTRIBUTED
   if (options.shard > 0) {
     throw_without_distributed("--shard");
@@ -163,7 +191,10 @@ ExplainedChain chain_to_explain(const ExplainOptions& options) {
           "(its stages carry their gathered_bytes and the chain its "
           "resident_bytes)");
     }
-    return {read_chain_file("--chain", options.chain_path), options.chain_path};
+    return {read_costs_file("--chain", options.chain_path), options.chain_path};
+  }
+  if (is_graph_model(options.model.model)) {
+    return graph_to_explain(options);
   }
   const Precision precision = cpu_precision(options.precision);
   if (options.shard > 0 && options.model.batch % options.shard != 0) {
@@ -182,29 +213,27 @@ ExplainedChain chain_to_explain(const ExplainOptions& options) {
   const torch::nn::Sequential model = workload.training_model();  // + loss
   set_targets(model, batch);
   AutocastGuard autocast(c10::kCPU, precision);
-  ExplainedChain explained{
-      profile_chain(
-          model,
-          batch.inputs,
-          ProfileOptions().selective_policy(
-              selective_policy(options.selective))),
-      workload.description() + "; " + precision_name(precision)};
+  planner::Chain chain = profile_chain(
+      model,
+      batch.inputs,
+      ProfileOptions().selective_policy(selective_policy(options.selective)));
+  std::string source =
+      workload.description() + "; " + precision_name(precision);
 #if REMAT_WITH_DISTRIBUTED
   if (options.shard > 0) {
-    explained.chain = distributed::sharded_chain(
-        explained.chain, stages_of(model), options.shard);
-    explained.source += "; one rank of " + std::to_string(options.shard) +
-                        ", sharded (local batch " +
-                        std::to_string(options.model.batch / options.shard) +
-                        ")";
+    chain = distributed::sharded_chain(chain, stages_of(model), options.shard);
+    source += "; one rank of " + std::to_string(options.shard) +
+              ", sharded (local batch " +
+              std::to_string(options.model.batch / options.shard) + ")";
   }
 #endif
-  return explained;
+  return {std::move(chain), std::move(source)};
 }
 
 /// The report as JSON: the choice, the stage rows and the op timeline.
 nlohmann::json explain_json(
-    const ExplainedChain& explained,
+    const ExplainedModel& explained,
+    const std::string& strategy,
     const PlanChoice& choice,
     const planner::ExplainReport& report,
     const std::vector<TimelinePoint>& points,
@@ -212,7 +241,8 @@ nlohmann::json explain_json(
     const std::string& table) {
   nlohmann::json json;
   json["source"] = explained.source;
-  json["strategy"] = choice.strategy.to_string();
+  json["kind"] = kind_of(explained.costs);
+  json["strategy"] = strategy;
   json["budget"] = choice.budget_text;
   json["budget_bytes"] = choice.budget_bytes
                              ? nlohmann::json(*choice.budget_bytes)
@@ -220,7 +250,7 @@ nlohmann::json explain_json(
   json["min_feasible_bytes"] = choice.min_feasible_bytes
                                    ? nlohmann::json(*choice.min_feasible_bytes)
                                    : nlohmann::json(nullptr);
-  json["resident_bytes"] = explained.chain.resident_bytes();
+  json["resident_bytes"] = report.resident_bytes;
   json["plan"] = choice.plan.to_string();
   json["predicted"] = {
       {"peak_bytes", report.peak_bytes}, {"time_ms", report.time_ms}};
@@ -236,6 +266,7 @@ nlohmann::json explain_json(
                             : std::string()},
          {"forwards", row.forwards},
          {"keeps", row.keeps},
+         {"reads", row.reads},
          {"output_bytes", row.cost.output_bytes},
          {"saved_bytes", row.cost.saved_bytes},
          {"gathered_bytes", row.cost.gathered_bytes}});
@@ -260,36 +291,33 @@ nlohmann::json explain_json(
 
 void run_explain(const ExplainOptions& options, const CommandIo& io) {
   apply_threads(options.threads);
-  const planner::Strategy strategy =
-      planner::Strategy::parse(options.budget.strategy);
-  const Budget budget = Budget::parse(options.budget.budget);
-  const ExplainedChain explained = chain_to_explain(options);
-  const PlanChoice choice = choose_plan(
-      explained.chain,
-      strategy,
-      budget,
-      options.budget.origin(),
-      options.budget.solver());
-  const planner::ExplainReport report =
-      planner::explain_report(explained.chain, choice.plan);
+  const ExplainedModel explained = model_to_explain(options);
+  const std::string strategy = strategy_name(explained.costs, options.budget);
+  const PlanChoice choice = choose_plan_for(
+      explained.costs, options.budget, explained.encoder_stages);
+  const planner::ExplainReport report = std::visit(
+      [&](const auto& model) {
+        return planner::explain_report(model, choice.plan);
+      },
+      explained.costs);
   const std::vector<TimelinePoint> points = memory_timeline(report);
   std::string plot_error;
   std::string plot_path;
   if (!options.out.empty()) {
-    plot_error = write_plot(options.out, points, choice);
+    plot_error = write_plot(options.out, points, choice, strategy);
     if (plot_error.empty()) {
       plot_path = options.out + "/explain.png";
     }
   }
   const std::string table = planner::to_text(report);
   if (options.json) {
-    io.out << explain_json(explained, choice, report, points, plot_path, table)
+    io.out << explain_json(
+                  explained, strategy, choice, report, points, plot_path, table)
                   .dump(2)
            << '\n';
   } else {
-    io.out << "chain     " << explained.source << '\n';
-    io.out << "strategy  " << strategy.to_string() << ", budget "
-           << choice.budget_text;
+    io.out << kind_of(explained.costs) << "     " << explained.source << '\n';
+    io.out << "strategy  " << strategy << ", budget " << choice.budget_text;
     if (choice.budget_bytes) {
       io.out << " = " << planner::format_bytes(*choice.budget_bytes);
     }

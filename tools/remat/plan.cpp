@@ -1,8 +1,8 @@
-// plan.cpp: `remat plan`: read a chain JSON, solve for a budget, print the
-// plan with its predicted peak and time (text or --json).
+// plan.cpp: `remat plan`: read a chain or graph JSON, solve for a budget,
+// print the plan with its predicted peak and time (text or --json).
 //
 // Torch-free in substance: only the planner and remat::Budget are used (100%
-// of a budget is the chain's simulated store-all peak).
+// of a budget is the simulated store-all peak).
 #include <iomanip>
 #include <sstream>
 
@@ -25,15 +25,16 @@ double ratio(double value, double reference) {
 CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
   CLI::App* command = app.add_subcommand(
       "plan",
-      "Solve a chain JSON (from `remat profile`) for a budget; print the plan "
-      "with its predicted peak and time");
+      "Solve a chain or graph JSON (from `remat profile`) for a budget; print "
+      "the plan with its predicted peak and time");
   // The file is positional or --chain (one option, as explain's). Not
   // marked required, so that the help does not list it as required twice;
   // run_plan says what is missing.
   command->add_option(
       "chain,--chain",
       options.chain_path,
-      "Chain JSON file (from remat profile --out), positional or --chain");
+      "Chain or graph JSON file (from remat profile --out), positional or "
+      "--chain");
   add_budget_flags(*command, options.budget);
   command->add_flag("--json", options.json, "Print JSON instead of text");
   command->add_option(
@@ -46,19 +47,17 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
 void run_plan(const PlanOptions& options, const CommandIo& io) {
   if (options.chain_path.empty()) {
     throw UsageError(
-        "expected a chain JSON file: remat plan CHAIN.json (or --chain "
-        "CHAIN.json); `remat profile --out CHAIN.json` writes one");
+        "expected a chain or graph JSON file: remat plan CHAIN.json (or "
+        "--chain CHAIN.json); `remat profile --out CHAIN.json` writes one");
   }
-  const planner::Chain chain = read_chain_file("--chain", options.chain_path);
-  const planner::Strategy strategy =
-      planner::Strategy::parse(options.budget.strategy);
-  const Budget budget = Budget::parse(options.budget.budget);
-  const PlanChoice choice = choose_plan(
-      chain,
-      strategy,
-      budget,
-      options.budget.origin(),
-      options.budget.solver());
+  const StageCosts costs = read_costs_file("--chain", options.chain_path);
+  const std::string strategy = strategy_name(costs, options.budget);
+  const PlanChoice choice =
+      choose_plan_for(costs, options.budget, /*encoder_stages=*/0);
+  const int64_t stages =
+      std::visit([](const auto& model) { return model.size(); }, costs);
+  const int64_t input_bytes =
+      std::visit([](const auto& model) { return model.input_bytes(); }, costs);
   if (!options.plan_out.empty()) {
     write_text_file(
         "--plan-out", options.plan_out, planner::to_json(choice.plan));
@@ -71,11 +70,11 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
 
   if (options.json) {
     nlohmann::json report;
-    report["chain"] = {
+    report[kind_of(costs)] = {
         {"path", options.chain_path},
-        {"stages", chain.size()},
-        {"input_bytes", chain.input_bytes()}};
-    report["strategy"] = strategy.to_string();
+        {"stages", stages},
+        {"input_bytes", input_bytes}};
+    report["strategy"] = strategy;
     report["budget"] = choice.budget_text;
     report["budget_bytes"] = choice.budget_bytes
                                  ? nlohmann::json(*choice.budget_bytes)
@@ -99,9 +98,8 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
   }
   std::ostringstream text;
   text << std::fixed << std::setprecision(2);
-  text << "chain     " << options.chain_path << ": " << chain.size()
-       << " stages, input " << planner::format_bytes(chain.input_bytes())
-       << '\n';
+  text << kind_of(costs) << "     " << options.chain_path << ": " << stages
+       << " stages, input " << planner::format_bytes(input_bytes) << '\n';
   text << "store-all peak "
        << planner::format_bytes(choice.store_all_peak_bytes) << ", time "
        << choice.store_all_time_ms << " ms; minimum feasible "
@@ -110,8 +108,7 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
                : "not computed (more than " +
                      std::to_string(planner::kMaxExactStages) + " stages)")
        << '\n';
-  text << "strategy  " << strategy.to_string() << ", budget "
-       << choice.budget_text;
+  text << "strategy  " << strategy << ", budget " << choice.budget_text;
   if (choice.budget_bytes) {
     text << " = " << planner::format_bytes(*choice.budget_bytes) << " ("
          << *choice.budget_bytes << " bytes)";

@@ -52,6 +52,7 @@
 #include <remat/distributed.h>
 #endif
 #include <remat/measure/runner.h>
+#include <remat/measure/timer.h>
 #include <remat/profile.h>
 #include <torch/serialize.h>
 #include <nlohmann/json.hpp>
@@ -72,10 +73,8 @@ namespace {
 constexpr int64_t kWarmupSteps = measure::kDefaultWarmupRounds;
 constexpr int64_t kLossWindow = 10;
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+double seconds_since(const measure::Timer& timer) {
+  return timer.elapsed_ms() / 1e3;
 }
 
 double mean(const std::vector<double>& values, size_t begin, size_t end) {
@@ -609,21 +608,6 @@ struct Trainers {
   std::unique_ptr<Trainer> baseline;
 };
 
-/// A graph model's graph on `probe`, profiled in the run's precision with
-/// the optimizer's state ratio.
-planner::Graph profile_training_graph(
-    const TrainOptions& options,
-    const TrainRun& run,
-    const TrainingGraph& graph,
-    const Batch& probe) {
-  AutocastGuard autocast(c10::kCPU, run.precision);
-  return profile_graph(
-      graph.stages,
-      probe.inputs,
-      ProfileOptions().optimizer_state_ratio(
-          OptimizerChoice{options.optimizer, options.lr}.state_ratio()));
-}
-
 /// A graph model's trainers: the plan of `strategy` and, with a baseline,
 /// a copy of the model run plainly.
 Trainers make_graph_trainers(
@@ -802,14 +786,14 @@ void run_steps(
   for (int64_t step = 0; step < options.steps; ++step) {
     const Batch batch = parallel.slice(workload.next_batch());
     const uint64_t seed = step_seed(options.seed, step);
-    auto step_start = Clock::now();
+    measure::Timer step_timer;
     const StepResult result = trainers.planned->step(batch, seed);
-    planned_wall_s += seconds_since(step_start);
+    planned_wall_s += seconds_since(step_timer);
     record_step(run, result);
     if (step < run.baseline_steps) {
-      step_start = Clock::now();
+      step_timer.restart();
       const StepResult reference = trainers.baseline->step(batch, seed);
-      baseline_wall_s += seconds_since(step_start);
+      baseline_wall_s += seconds_since(step_timer);
       record_baseline_step(run, step, result, reference);
     }
     const bool last = step + 1 == options.steps;
@@ -907,12 +891,15 @@ Trainers prepare_graph_training(
   run.strategy_name = to_string(strategy);
   const TrainingGraph& model = workload.training_graph();
   const Batch probe = workload.next_batch();
-  set_targets(model, probe);
   for (const auto& parameter : model.unet->parameters()) {
     run.parameter_bytes += static_cast<int64_t>(parameter.nbytes());
   }
-  const planner::Graph graph =
-      profile_training_graph(options, run, model, probe);
+  const planner::Graph graph = profile_training_graph(
+      model,
+      probe,
+      run.precision,
+      ProfileOptions().optimizer_state_ratio(
+          OptimizerChoice{options.optimizer, options.lr}.state_ratio()));
   run.input_bytes = graph.input_bytes();
   run.predicted_state = graph.model_state();
   run.choice = choose_graph_plan(
@@ -931,7 +918,7 @@ Trainers prepare_graph_training(
 TrainRun measure_training(
     const TrainOptions& options, Parallel& parallel, const CommandIo& io) {
   const bool human = !options.json;
-  const auto start = Clock::now();
+  const measure::Timer run_timer;
   const bool recipe = options.recompute != "optimal";
   check_recompute_flags(options, recipe);
   TrainRun run;
@@ -987,7 +974,7 @@ TrainRun measure_training(
     io.out << '\n';
   }
   run_steps(options, run, trainers, workload, parallel, human, io);
-  run.seconds = seconds_since(start);
+  run.seconds = seconds_since(run_timer);
   if (!options.save.empty()) {
     // Sharded: every rank gathers the parameters, rank 0 writes them.
     trainers.planned->with_full_parameters([&] {

@@ -25,8 +25,8 @@ constexpr uint64_t kHeldOutSeedOffset = 0x5eed0000ULL;
 std::string graph_model_refused(const std::string& model) {
   return "--model " + model +
          ": a U-Net is a graph of stages (skip connections), not a chain; "
-         "this command takes gpt, mlp or resnet (remat train and remat fit "
-         "take unet2d and unet3d)";
+         "this command takes gpt, mlp or resnet (remat train, fit, profile, "
+         "plan and explain take unet2d and unet3d)";
 }
 
 void require_positive(const char* flag, int64_t value) {
@@ -180,6 +180,16 @@ void set_targets(const TrainingGraph& graph, const Batch& batch) {
       "remat::cli::set_targets: expected a training graph ending in a "
       "LossHead");
   head->set_targets(batch.targets);
+}
+
+planner::Graph profile_training_graph(
+    const TrainingGraph& graph,
+    const Batch& batch,
+    Precision precision,
+    const ProfileOptions& options) {
+  set_targets(graph, batch);
+  AutocastGuard autocast(c10::kCPU, precision);
+  return profile_graph(graph.stages, batch.inputs, options);
 }
 
 Workload::Workload(const ModelFlags& flags, uint64_t seed)

@@ -44,6 +44,8 @@
 
 #include <models/unet.h>
 #include <remat/graph.h>
+#include <remat/precision.h>
+#include <remat/profile.h>
 
 namespace remat::cli {
 
@@ -153,6 +155,15 @@ TrainingGraph clone_training_graph(const TrainingGraph& graph);
 
 /// Sets `batch`'s targets on the LossHead that ends `graph`.
 void set_targets(const TrainingGraph& graph, const Batch& batch);
+
+/// `graph` profiled on `batch` (whose targets it sets) under an
+/// AutocastGuard for the CPU in `precision`: what train, profile and explain
+/// plan a graph model on.
+planner::Graph profile_training_graph(
+    const TrainingGraph& graph,
+    const Batch& batch,
+    Precision precision,
+    const ProfileOptions& options);
 
 /// A model with its data and loss.
 class Workload {
