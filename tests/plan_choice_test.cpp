@@ -20,6 +20,22 @@ using remat::planner::Strategy;
 
 using remat::testing::sample_chain;
 
+// plan_within one byte below the minimum feasible budget throws a c10::Error
+// naming the minimum.
+template <typename Model>
+void expect_plan_within_refuses_below_the_minimum(const Model& model) {
+  const int64_t minimum = remat::planner::min_feasible_budget_bytes(model);
+  try {
+    remat::plan_within(model, Budget::bytes(minimum - 1));
+    ADD_FAILURE() << "no error below the minimum";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(
+        std::string(error.what()).find(std::to_string(minimum) + " bytes"),
+        std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(ChoosePlan, OptimalFitsTheBudgetOrReportsTheMinimum) {
   const remat::planner::Chain chain = sample_chain();
   const auto choice = remat::choose_plan(
@@ -112,16 +128,7 @@ TEST(PlanWithin, IsTheOptimalChoiceAndRefusesBelowTheMinimumWithC10Error) {
             chain, Strategy::parse("optimal"), budget, BudgetOrigin::kGiven)
             .plan);
   }
-  const int64_t minimum = remat::planner::min_feasible_budget_bytes(chain);
-  try {
-    remat::plan_within(chain, Budget::bytes(minimum - 1));
-    ADD_FAILURE() << "no error below the minimum";
-  } catch (const c10::Error& error) {
-    EXPECT_NE(
-        std::string(error.what()).find(std::to_string(minimum) + " bytes"),
-        std::string::npos)
-        << error.what();
-  }
+  expect_plan_within_refuses_below_the_minimum(chain);
 }
 
 // A two-level skip graph (the shape of a small U-Net) with fixed costs.
@@ -188,15 +195,7 @@ TEST(ChoosePlan, TheRulesHoldOnAGraph) {
   } catch (const remat::InfeasibleBudgetError& error) {
     EXPECT_EQ(error.min_feasible_bytes(), minimum);
   }
-  try {
-    remat::plan_within(graph, tiny);
-    ADD_FAILURE() << "no error below the minimum";
-  } catch (const c10::Error& error) {
-    EXPECT_NE(
-        std::string(error.what()).find(std::to_string(minimum) + " bytes"),
-        std::string::npos)
-        << error.what();
-  }
+  expect_plan_within_refuses_below_the_minimum(graph);
 }
 
 }  // namespace

@@ -27,27 +27,6 @@ std::string infeasible_message(
          " bytes) is infeasible: " + what + "; " + minimum;
 }
 
-// Sets the choice's budget from `budget` (not none) under the rules of the
-// top of remat/plan_choice.h; `budget_bytes` is it resolved on the model.
-void bind_budget(
-    PlanChoice& choice,
-    const Budget& budget,
-    int64_t budget_bytes,
-    bool uses_budget,
-    BudgetOrigin origin) {
-  if (!uses_budget && origin != BudgetOrigin::kGiven) {
-    return;
-  }
-  choice.budget_bytes = budget_bytes;
-  choice.budget_text = budget.to_string();
-  if (origin == BudgetOrigin::kDefault && choice.min_feasible_bytes &&
-      budget_bytes < *choice.min_feasible_bytes) {
-    choice.budget_bytes = *choice.min_feasible_bytes;
-    choice.budget_text = "the minimum feasible budget (the default, " +
-                         budget.to_string() + ", is below it)";
-  }
-}
-
 // Stores `plan` and its simulation in the choice; throws when no plan was
 // found or a bound budget is below its predicted peak. `name` names the
 // strategy in the message.
@@ -75,27 +54,36 @@ void take_plan(
   }
 }
 
-// A graph's choice up to its plan: the store-all prediction, the minimum
-// and the bound budget.
-PlanChoice graph_choice(
-    const planner::Graph& graph,
+// A choice up to its plan: the store-all prediction, the minimum (when
+// `with_minimum`) and the budget, bound under the rules of the top of
+// remat/plan_choice.h.
+template <typename Model>
+PlanChoice start_choice(
+    const Model& model,
     planner::Strategy strategy,
     const Budget& budget,
-    BudgetOrigin origin) {
+    BudgetOrigin origin,
+    bool with_minimum) {
   PlanChoice choice;
   choice.strategy = std::move(strategy);
   const planner::Simulation store_all =
-      planner::simulate(graph, planner::solve_store_all(graph));
+      planner::simulate(model, planner::solve_store_all(model));
   choice.store_all_peak_bytes = store_all.peak_bytes;
   choice.store_all_time_ms = store_all.time_ms;
-  choice.min_feasible_bytes = planner::min_feasible_budget_bytes(graph);
-  if (!budget.is_none()) {
-    bind_budget(
-        choice,
-        budget,
-        budget.resolve_bytes(graph),
-        choice.strategy.uses_budget(),
-        origin);
+  if (with_minimum) {
+    choice.min_feasible_bytes = planner::min_feasible_budget_bytes(model);
+  }
+  if (budget.is_none() ||
+      (!choice.strategy.uses_budget() && origin != BudgetOrigin::kGiven)) {
+    return choice;
+  }
+  choice.budget_bytes = budget.resolve_bytes(model);
+  choice.budget_text = budget.to_string();
+  if (origin == BudgetOrigin::kDefault && choice.min_feasible_bytes &&
+      *choice.budget_bytes < *choice.min_feasible_bytes) {
+    choice.budget_bytes = *choice.min_feasible_bytes;
+    choice.budget_text = "the minimum feasible budget (the default, " +
+                         budget.to_string() + ", is below it)";
   }
   return choice;
 }
@@ -123,23 +111,12 @@ PlanChoice choose_plan(
     const Budget& budget,
     BudgetOrigin origin,
     const planner::SolverOptions& solver) {
-  PlanChoice choice;
-  choice.strategy = strategy;
-  const planner::Simulation store_all =
-      planner::simulate(chain, planner::solve_store_all(chain));
-  choice.store_all_peak_bytes = store_all.peak_bytes;
-  choice.store_all_time_ms = store_all.time_ms;
-  if (chain.size() <= planner::kMaxExactStages) {
-    choice.min_feasible_bytes = planner::min_feasible_budget_bytes(chain);
-  }
-  if (!budget.is_none()) {
-    bind_budget(
-        choice,
-        budget,
-        budget.resolve_bytes(chain),
-        strategy.uses_budget(),
-        origin);
-  }
+  PlanChoice choice = start_choice(
+      chain,
+      strategy,
+      budget,
+      origin,
+      chain.size() <= planner::kMaxExactStages);
   take_plan(
       choice,
       chain,
@@ -157,8 +134,8 @@ PlanChoice choose_plan(
     const Budget& budget,
     BudgetOrigin origin,
     const planner::SolverOptions& solver) {
-  PlanChoice choice =
-      graph_choice(graph, planner::Strategy::parse("optimal"), budget, origin);
+  PlanChoice choice = start_choice(
+      graph, planner::Strategy::parse("optimal"), budget, origin, true);
   take_plan(
       choice,
       graph,
@@ -175,8 +152,8 @@ PlanChoice choose_plan(
     const std::vector<planner::StageMode>& modes,
     const Budget& budget,
     BudgetOrigin origin) {
-  PlanChoice choice =
-      graph_choice(graph, planner::Strategy::parse("none"), budget, origin);
+  PlanChoice choice = start_choice(
+      graph, planner::Strategy::parse("none"), budget, origin, true);
   take_plan(
       choice, graph, planner::schedule_graph(graph, modes), "the fixed plan");
   return choice;
