@@ -1091,7 +1091,7 @@ TEST(RematBinary, ProfilePlanExplainAUNetGraph) {
       << result.err;
 }
 
-TEST(RunCli, UNetFlagsAreCheckedAndChainCommandsRefuseAGraph) {
+TEST(RunCli, UNetFlagsAreCheckedAndChainOnlyUsesRefuseAGraph) {
   ProcessResult result = run_in_process(
       {"train", "--model", "unet2d", "--levels", "3", "--image", "36"});
   EXPECT_EQ(result.exit_code, 1) << describe(result);
@@ -1100,9 +1100,10 @@ TEST(RunCli, UNetFlagsAreCheckedAndChainCommandsRefuseAGraph) {
                       "3), got 36"),
       std::string::npos)
       << result.err;
-  result = run_in_process({"bench", "--model", "unet3d"});
+  result = run_in_process(
+      {"fit", "--model", "unet3d", "--over", "batch", "--cap", "8MiB"});
   EXPECT_EQ(result.exit_code, 1) << describe(result);
-  EXPECT_NE(result.err.find("not a chain"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("--over image"), std::string::npos) << result.err;
   result =
       run_in_process({"train", "--model", "mlp", "--strategy", "per-block"});
   EXPECT_EQ(result.exit_code, 1) << describe(result);
@@ -1233,6 +1234,41 @@ TEST(RematBinary, BenchWritesCsvMatchingItsRowsAndAPlot) {
     EXPECT_GT(fs::file_size(out / "plot.png"), 1000u);
     EXPECT_NE(summary.find("](plot.png)"), std::string::npos) << summary;
   }
+}
+
+// A U-Net is swept as a graph: its own strategies by default, every row's
+// gradients equal to no checkpointing's, each measured peak at most its
+// prediction (the loss value and its seed, 8 bytes, aside).
+TEST(RematBinary, BenchSweepsAUNetGraph) {
+  const fs::path out = scratch() / "bench_unet";
+  const ProcessResult result = run_remat(
+      "bench " + kTinyUNet +
+      " --budgets 80%,100% --warmup 0 --repeats 2 --json --out '" +
+      out.string() + "'");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const auto report = nlohmann::json::parse(result.out);
+  std::vector<std::string> strategies;
+  for (const auto& row : report.at("rows")) {
+    strategies.push_back(row["strategy"].get<std::string>());
+    ASSERT_EQ(row["status"], "ok") << row.dump();
+    EXPECT_EQ(row["grad_max_diff"].get<double>(), 0.0) << row.dump();
+    const int64_t predicted = row["predicted_peak_bytes"].get<int64_t>();
+    const int64_t measured = row["measured_peak_bytes"].get<int64_t>();
+    EXPECT_LE(measured, predicted + 8) << row.dump();
+    EXPECT_GE(measured, predicted - predicted / 10) << row.dump();
+  }
+  EXPECT_EQ(
+      strategies,
+      (std::vector<std::string>{
+          "optimal", "optimal", "per-block", "encoder", "none"}));
+  const ProcessResult chain_strategy = run_remat(
+      "bench " + kTinyUNet + " --strategies sqrt --out '" + out.string() + "'");
+  EXPECT_EQ(chain_strategy.exit_code, 1) << describe(chain_strategy);
+  EXPECT_NE(
+      chain_strategy.err.find(
+          "optimal, none, per-block or encoder, got 'sqrt'"),
+      std::string::npos)
+      << chain_strategy.err;
 }
 
 // ---------------------------------------------------------------- data

@@ -170,6 +170,8 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
       explain.budget.budget_given = given(explain_command, "--budget");
       run_explain(explain, io);
     } else if (chosen == bench_command) {
+      bench.strategies_given = given(bench_command, "--strategies");
+      bench.mode_given = given(bench_command, "--mode");
       run_bench(bench, io);
     } else if (chosen == fit_command) {
       run_fit(fit, io);

@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <variant>
 
 #include <remat/profile.h>
 #include <nlohmann/json.hpp>
@@ -42,18 +43,119 @@ namespace {
 
 // One configuration of the sweep and, once measured, what was measured.
 struct BenchRow {
-  planner::Strategy strategy;
+  std::string strategy;      // as reports name it: "uniform:2", "per-block"
   std::string budget_label;  // "50%", "512 MiB", or "-" for fixed strategies
   std::optional<int64_t> budget_bytes;
   std::optional<PlanChoice> choice;  // nullopt: infeasible
   std::string status = "ok";
   std::optional<measure::Measurement> measured;
+  /// The no-checkpoint row: the reference of every ratio.
+  bool baseline() const {
+    return strategy == "none";
+  }
 };
 
-std::string file_stem(const planner::Strategy& strategy) {
-  std::string stem = strategy.to_string();
-  std::replace(stem.begin(), stem.end(), ':', '_');
-  return stem;
+std::string file_stem(std::string strategy) {
+  std::replace(strategy.begin(), strategy.end(), ':', '_');
+  return strategy;
+}
+
+// What the sweep plans and runs: a chain model (its stages and the loss, a
+// Sequential) or a U-Net's training graph, with the stage costs profiled on
+// the batch (whose targets are set).
+struct BenchModel {
+  torch::nn::Sequential chain_model{nullptr};
+  std::optional<TrainingGraph> graph;
+  StageCosts costs;
+  Mode mode = Mode::kNonReentrant;
+
+  int64_t stages() const {
+    return std::visit([](const auto& model) { return model.size(); }, costs);
+  }
+  /// The module that owns every parameter trained.
+  torch::nn::Module* module() const {
+    if (graph) {
+      return graph->unet.ptr().get();
+    }
+    return chain_model.ptr().get();
+  }
+  /// Whether `strategy` (as reports name it) gets one row per budget.
+  bool budget_driven(const std::string& strategy) const {
+    return graph ? strategy == "optimal"
+                 : planner::Strategy::parse(strategy).uses_budget();
+  }
+  /// The plan of `strategy` within `budget`, bound as a sweep's.
+  PlanChoice choose(
+      const std::string& strategy, const Budget& budget, int64_t slots) const {
+    if (graph) {
+      return choose_graph_plan(
+          std::get<planner::Graph>(costs),
+          parse_graph_strategy(strategy),
+          graph->encoder_stages,
+          budget,
+          BudgetOrigin::kSweep);
+    }
+    return choose_plan(
+        std::get<planner::Chain>(costs),
+        planner::Strategy::parse(strategy),
+        budget,
+        BudgetOrigin::kSweep,
+        planner::SolverOptions{slots, 0});
+  }
+  /// The executor of a feasible row.
+  std::shared_ptr<Executor> executor(const BenchRow& row) const {
+    if (graph) {
+      return std::make_shared<Executor>(*graph, *row.choice, row.baseline());
+    }
+    return std::make_shared<Executor>(chain_model, *row.choice, mode);
+  }
+};
+
+// The model of `workload` profiled on `batch`; the strategies' names
+// checked against it (a chain's or a U-Net's).
+BenchModel bench_model(
+    const BenchOptions& options,
+    Workload& workload,
+    const Batch& batch,
+    const std::vector<std::string>& strategies) {
+  if (workload.is_graph()) {
+    if (options.mode_given) {
+      throw UsageError(
+          "--mode: not supported with --model " + options.model.model +
+          " (a U-Net's rows run by PlannedGraph)");
+    }
+    for (const std::string& strategy : strategies) {
+      if (strategy != "optimal" && strategy != "none" &&
+          strategy != "per-block" && strategy != "encoder") {
+        throw UsageError(
+            "--strategies: a U-Net is swept with optimal, none, per-block or "
+            "encoder, got '" +
+            strategy + "'");
+      }
+    }
+    TrainingGraph graph = workload.training_graph();
+    StageCosts costs = profile_training_graph(
+        graph, batch, Precision::kFloat32, ProfileOptions());
+    return {torch::nn::Sequential(nullptr), std::move(graph), std::move(costs)};
+  }
+  const Mode mode = parse_mode(options.mode);
+  torch::nn::Sequential model = workload.training_model();  // + loss
+  set_targets(model, batch);
+  for (const std::string& strategy : strategies) {
+    if (strategy == "per-block" || strategy == "encoder") {
+      throw UsageError(
+          "--strategies: " + strategy +
+          " is a U-Net's strategy (--model unet2d or unet3d); a chain's are "
+          "optimal, chen, sqrt, uniform:K and none");
+    }
+    check_trainable(
+        planner::Strategy::parse(strategy),
+        mode,
+        static_cast<int64_t>(model->size()),
+        batch.inputs);
+  }
+  StageCosts costs = profile_chain(model, batch.inputs);
+  return {model, std::nullopt, std::move(costs), mode};
 }
 
 std::string join(const std::vector<std::string>& values) {
@@ -64,11 +166,17 @@ std::string join(const std::vector<std::string>& values) {
   return text;
 }
 
-std::string command_line(const BenchOptions& options) {
+std::string command_line(
+    const BenchOptions& options, const std::vector<std::string>& strategies) {
   std::ostringstream text;
   const ModelFlags& model = options.model;
-  text << "remat bench --model " << model.model << " --layers " << model.layers
-       << " --hidden " << model.hidden;
+  text << "remat bench --model " << model.model;
+  if (is_graph_model(model.model)) {
+    text << " --levels " << model.levels << " --hidden " << model.hidden
+         << " --image " << model.image;
+  } else {
+    text << " --layers " << model.layers << " --hidden " << model.hidden;
+  }
   if (model.model == "gpt") {
     text << " --heads " << model.heads << " --seq " << model.seq;
   }
@@ -77,20 +185,20 @@ std::string command_line(const BenchOptions& options) {
   }
   text << " --batch " << model.batch << " --dropout " << model.dropout
        << " --budgets " << join(options.budgets) << " --strategies "
-       << join(options.strategies) << " --warmup " << options.warmup
-       << " --repeats " << options.repeats << " --threads " << options.threads
-       << " --seed " << options.seed << " --out " << options.out;
+       << join(strategies) << " --warmup " << options.warmup << " --repeats "
+       << options.repeats << " --threads " << options.threads << " --seed "
+       << options.seed << " --out " << options.out;
   return text.str();
 }
 
 std::vector<BenchRow> plan_rows(
     const BenchOptions& options,
-    const planner::Chain& chain,
-    const std::vector<planner::Strategy>& strategies) {
+    const BenchModel& model,
+    const std::vector<std::string>& strategies) {
   std::vector<BenchRow> rows;
-  for (const planner::Strategy& strategy : strategies) {
+  for (const std::string& strategy : strategies) {
     std::vector<std::pair<std::string, Budget>> row_budgets;
-    if (strategy.uses_budget()) {
+    if (model.budget_driven(strategy)) {
       for (const std::string& text : options.budgets) {
         row_budgets.emplace_back(text, Budget::parse(text));
       }
@@ -102,15 +210,12 @@ std::vector<BenchRow> plan_rows(
       row.strategy = strategy;
       row.budget_label = label;
       try {
-        row.choice = choose_plan(
-            chain,
-            strategy,
-            budget,
-            BudgetOrigin::kSweep,
-            planner::SolverOptions{options.slots, 0});
+        row.choice = model.choose(strategy, budget, options.slots);
         row.budget_bytes = row.choice->budget_bytes;
       } catch (const InfeasibleBudgetError& error) {
-        row.budget_bytes = budget.resolve_bytes(chain);
+        row.budget_bytes = std::visit(
+            [&](const auto& costs) { return budget.resolve_bytes(costs); },
+            model.costs);
         row.status =
             error.min_feasible_bytes()
                 ? "infeasible (minimum " +
@@ -129,29 +234,21 @@ std::vector<BenchRow> plan_rows(
 std::optional<std::string> measure(
     std::vector<BenchRow>& rows,
     const BenchOptions& options,
-    Workload& workload,
+    const BenchModel& model,
     const Batch& batch,
-    Mode mode,
     int64_t input_bytes) {
-  torch::nn::Sequential model = workload.training_model();  // + loss
-  set_targets(model, batch);
   std::vector<size_t> order;  // rows in run order, the baseline first
   for (size_t index = 0; index < rows.size(); ++index) {
     if (rows[index].choice) {
-      const bool none =
-          rows[index].strategy.kind == planner::Strategy::Kind::kNone;
-      order.insert(none ? order.begin() : order.end(), index);
+      order.insert(rows[index].baseline() ? order.begin() : order.end(), index);
     }
   }
-  TORCH_INTERNAL_ASSERT(
-      !order.empty() &&
-      rows[order.front()].strategy.kind == planner::Strategy::Kind::kNone);
+  TORCH_INTERNAL_ASSERT(!order.empty() && rows[order.front()].baseline());
   std::vector<measure::Configuration> configurations;
   for (const size_t index : order) {
-    auto executor =
-        std::make_shared<Executor>(model, *rows[index].choice, mode);
+    std::shared_ptr<Executor> executor = model.executor(rows[index]);
     configurations.push_back(
-        {rows[index].strategy.to_string() + "@" + rows[index].budget_label,
+        {rows[index].strategy + "@" + rows[index].budget_label,
          [executor](const torch::Tensor& input) {
            return executor->forward(input);
          }});
@@ -161,7 +258,7 @@ std::optional<std::string> measure(
   runner_options.rounds = static_cast<int>(options.repeats);
   runner_options.seed = options.seed * 1000003ULL + 1;
   measure::Runner runner(
-      {model.get(),
+      {model.module(),
        batch.inputs,
        [](const torch::Tensor& loss) { return loss; }},  // the last stage
       runner_options);
@@ -178,7 +275,7 @@ std::optional<std::string> measure(
 report::Table rows_table(const std::vector<BenchRow>& rows) {
   const measure::Measurement* reference = nullptr;
   for (const BenchRow& row : rows) {
-    if (row.strategy.kind == planner::Strategy::Kind::kNone && row.measured) {
+    if (row.baseline() && row.measured) {
       reference = &*row.measured;
     }
   }
@@ -204,7 +301,7 @@ report::Table rows_table(const std::vector<BenchRow>& rows) {
   using report::Cell;
   for (const BenchRow& row : rows) {
     std::vector<Cell> cells{
-        Cell::text(row.strategy.to_string()),
+        Cell::text(row.strategy),
         Cell::text(row.budget_label),
         row.budget_bytes ? Cell::bytes(*row.budget_bytes) : Cell::empty()};
     if (row.measured) {
@@ -278,7 +375,7 @@ std::string write_plot(
     if (!row.measured) {
       continue;
     }
-    const std::string name = row.strategy.to_string();
+    const std::string& name = row.strategy;
     if (curves.find(name) == curves.end()) {
       curve_order.push_back(name);
     }
@@ -348,10 +445,15 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
       ->add_option(
           "--strategies",
           options.strategies,
-          "Strategies (comma-separated); none is always measured")
+          "Strategies (comma-separated); none is always measured. A U-Net: "
+          "optimal, per-block, encoder, none (its default)")
       ->delimiter(',')
       ->check(parsing_validator(
-          [](const std::string& text) { planner::Strategy::parse(text); },
+          [](const std::string& text) {
+            if (text != "per-block" && text != "encoder") {
+              planner::Strategy::parse(text);
+            }
+          },
           "STRATEGY"))
       ->capture_default_str();
   command->add_option("--warmup", options.warmup, "Untimed rounds")
@@ -385,32 +487,30 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
 
 void run_bench(const BenchOptions& options, const CommandIo& io) {
   apply_threads(options.threads);
-  const Mode mode = parse_mode(options.mode);
   if (options.out.empty()) {
     throw UsageError("--out: expected a folder, got an empty value");
   }
-  std::vector<planner::Strategy> strategies;
-  bool has_none = false;
-  for (const std::string& text : options.strategies) {
-    strategies.push_back(planner::Strategy::parse(text));
-    has_none =
-        has_none || strategies.back().kind == planner::Strategy::Kind::kNone;
-  }
-  if (!has_none) {
-    strategies.push_back(planner::Strategy::parse("none"));
-  }
-
   Workload workload(options.model, options.seed);
-  torch::nn::Sequential model = workload.training_model();  // + loss
-  const Batch batch = workload.next_batch();
-  set_targets(model, batch);
-  for (const planner::Strategy& strategy : strategies) {
-    check_trainable(
-        strategy, mode, static_cast<int64_t>(model->size()), batch.inputs);
+  std::vector<std::string> strategies = options.strategies;
+  if (workload.is_graph() && !options.strategies_given) {
+    strategies = {"optimal", "per-block", "encoder", "none"};
   }
-  const planner::Chain chain = profile_chain(model, batch.inputs);
-  const int64_t store_all_peak =
-      Budget::none().resolve_bytes(chain);  // predicted, input included
+  if (std::find(strategies.begin(), strategies.end(), "none") ==
+      strategies.end()) {
+    strategies.push_back("none");
+  }
+  for (std::string& strategy : strategies) {  // as reports name them
+    if (strategy != "per-block" && strategy != "encoder") {
+      strategy = planner::Strategy::parse(strategy).to_string();
+    }
+  }
+  const Batch batch = workload.next_batch();
+  const BenchModel model = bench_model(options, workload, batch, strategies);
+  const int64_t store_all_peak = std::visit(
+      [](const auto& costs) { return Budget::none().resolve_bytes(costs); },
+      model.costs);  // predicted, input included
+  const int64_t input_bytes = std::visit(
+      [](const auto& costs) { return costs.input_bytes(); }, model.costs);
   if (!options.json) {
     io.out << "model     " << workload.description() << '\n'
            << "no-checkpoint activation peak "
@@ -420,9 +520,9 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   }
 
   // Measure, then rows, then render.
-  std::vector<BenchRow> rows = plan_rows(options, chain, strategies);
+  std::vector<BenchRow> rows = plan_rows(options, model, strategies);
   const std::optional<std::string> busy =
-      measure(rows, options, workload, batch, mode, chain.input_bytes());
+      measure(rows, options, model, batch, input_bytes);
   if (busy) {
     io.err << "warning: " << *busy << '\n';
   }
@@ -430,8 +530,7 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
 
   make_folder("--out", options.out);
   write_text_file("--out", options.out + "/bench.csv", report::to_csv(table));
-  const std::string plot_error =
-      write_plot(rows, options, static_cast<int64_t>(model->size()));
+  const std::string plot_error = write_plot(rows, options, model.stages());
   const std::string text_table =
       report::to_text(terminal_table(table)) +
       "memory and time: ratios to none (activations + input; step time).\n"
@@ -442,7 +541,7 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   summary << "# remat bench report\n\n"
           << "Run " << measure::describe_machine().to_string() << ".\n\n"
           << "Command:\n\n```\n"
-          << command_line(options) << "\n```\n\n"
+          << command_line(options, strategies) << "\n```\n\n"
           << "Model: " << workload.description() << ". No-checkpoint "
           << "activation peak " << planner::format_bytes(store_all_peak)
           << " (predicted). Ratios are against the no-checkpoint row of this "

@@ -191,12 +191,17 @@ void run_explain(const ExplainOptions& options, const CommandIo& io);
 struct BenchOptions {
   ModelFlags model;
   std::vector<std::string> budgets = {"25%", "50%", "75%", "100%"};
+  /// A chain's; a U-Net's (a graph) are optimal, per-block, encoder and none.
   std::vector<std::string> strategies = {
       "optimal", "chen", "sqrt", "uniform:2", "none"};
+  /// Whether --strategies was given (else a U-Net takes its own).
+  bool strategies_given = false;
   int64_t warmup = 2;
   int64_t repeats = 10;  // 6 or more give the ratios a 95 % interval
   std::string out = "remat-bench";
   std::string mode = "nonreentrant";
+  /// Whether --mode was given (a U-Net refuses it).
+  bool mode_given = false;
   int64_t slots = planner::SolverOptions{}.memory_slots;
   uint64_t seed = 0;
   int64_t threads = 2;

@@ -510,6 +510,12 @@ void run_fit(const FitCommandOptions& options, const CommandIo& io) {
     throw UsageError(
         "--over: expected batch, seq-len or image, got '" + options.over + "'");
   }
+  if (options.over != "image" && is_graph_model(options.model.model)) {
+    throw UsageError(
+        "--over " + options.over + ": a U-Net (--model " + options.model.model +
+        ") fits its image edge at a fixed batch: --over image (also spelled "
+        "patch or image-size)");
+  }
   const Fitted fitted = options.over == "batch" ? fit_over_batch(options, cap)
                         : options.over == "image"
                             ? fit_over_image(options, cap)

@@ -25,8 +25,7 @@ constexpr uint64_t kHeldOutSeedOffset = 0x5eed0000ULL;
 std::string graph_model_refused(const std::string& model) {
   return "--model " + model +
          ": a U-Net is a graph of stages (skip connections), not a chain; "
-         "this command takes gpt, mlp or resnet (remat train, fit, profile, "
-         "plan and explain take unet2d and unet3d)";
+         "this use takes gpt, mlp or resnet";
 }
 
 void require_positive(const char* flag, int64_t value) {
