@@ -1125,7 +1125,8 @@ TEST(RunCli, UNetFlagsAreCheckedAndChainOnlyUsesRefuseAGraph) {
     EXPECT_NE(result.err.find("divisible by 2^levels"), std::string::npos)
         << over << ": " << result.err;
   }
-  result = run_in_process({"fit", "--model", "unet3d", "--over", "volume"});
+  result = run_in_process(
+      {"fit", "--model", "unet3d", "--over", "volume", "--cap", "8MiB"});
   EXPECT_EQ(result.exit_code, 1) << describe(result);
   EXPECT_NE(result.err.find("volume"), std::string::npos) << result.err;
   result =
