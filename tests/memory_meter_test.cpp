@@ -1,7 +1,9 @@
 // Tests of remat::MemoryMeter and the tracking CPU allocator: exact byte
 // counts, the raw_allocate path, frees of memory the tracker never saw,
 // multi-threaded balance, independent peaks of nested meters, unchanged
-// results, and bad input. CUDA tests live in cuda_test.cpp.
+// results, and bad input; one measured training step (measure_step) and
+// zero_gradients. CUDA tests live in cuda_test.cpp.
+#include <remat/measure/step.h>
 #include <remat/memory_meter.h>
 
 #include <gtest/gtest.h>
@@ -277,6 +279,122 @@ TEST(MemoryMeter, RejectsUnsupportedDevices) {
   if (!torch::cuda::is_available()) {
     EXPECT_THROW(remat::MemoryMeter(c10::Device(c10::kCUDA)), c10::Error);
   }
+}
+
+// A small model's step: Linear, ReLU, sum, on an input that does not
+// require grad (the same every call: seed 7).
+struct SmallStep {
+  torch::nn::Linear linear{torch::nn::LinearOptions(64, 48)};
+  torch::Tensor input;
+  SmallStep() {
+    torch::manual_seed(7);
+    input = torch::randn({32, 64});
+    remat::measure::zero_gradients(linear->parameters());
+  }
+  torch::Tensor loss() {
+    return torch::relu(linear->forward(input)).sum();
+  }
+};
+
+TEST(MeasureStep, PeakIsTheMetersLessTheLossAndItsSeedGradient) {
+  SmallStep model;
+  int64_t by_hand = 0;
+  {
+    remat::MemoryMeter meter;
+    torch::Tensor loss = model.loss();
+    loss.backward();
+    by_hand = meter.peak_delta_bytes();
+  }
+  remat::measure::zero_gradients(model.linear->parameters());
+  const remat::measure::StepMeasurement step =
+      remat::measure::measure_step(c10::kCPU, [&] { return model.loss(); });
+  EXPECT_EQ(step.peak_delta_bytes, by_hand);
+  EXPECT_EQ(step.activation_peak_bytes(), by_hand - 2 * 4);  // fp32 scalars
+  // ReLU keeps its 32x48 fp32 output for backward.
+  EXPECT_GE(step.activation_peak_bytes(), 32 * 48 * 4);
+  EXPECT_GE(step.forward_ms, 0);
+  EXPECT_GE(step.backward_ms, 0);
+  EXPECT_GE(step.cpu_ms, 0);
+  EXPECT_DOUBLE_EQ(step.step_ms(), step.forward_ms + step.backward_ms);
+  EXPECT_TRUE(step.loss.defined());
+  EXPECT_TRUE(model.linear->weight.grad().abs().sum().item<double>() > 0);
+}
+
+TEST(MeasureStep, CountsWhatTheForwardKeepsAndFreesWhatItDoesNot) {
+  SmallStep model;
+  torch::Tensor kept;
+  const remat::measure::StepMeasurement with_kept =
+      remat::measure::measure_step(c10::kCPU, [&] {
+        kept = torch::ones({250000});  // 1,000,000 bytes, held by the caller
+        torch::Tensor dropped = torch::ones({500000});  // freed at return
+        return model.loss();
+      });
+  remat::measure::zero_gradients(model.linear->parameters());
+  kept = torch::Tensor();
+  const remat::measure::StepMeasurement without =
+      remat::measure::measure_step(c10::kCPU, [&] { return model.loss(); });
+  // The 2,000,000-byte temporary was the peak of the forward; the kept
+  // tensor then lasts through the backward.
+  EXPECT_GE(with_kept.activation_peak_bytes(), 3000000);
+  EXPECT_LE(
+      with_kept.activation_peak_bytes(),
+      3000000 + without.activation_peak_bytes());
+}
+
+TEST(MeasureStep, RunsAfterBackwardOnceTheGradientsExist) {
+  SmallStep model;
+  int calls = 0;
+  double weight_grad = 0;
+  remat::measure::measure_step(
+      c10::kCPU,
+      [&] { return model.loss(); },
+      [&] {
+        ++calls;
+        weight_grad = model.linear->weight.grad().abs().sum().item<double>();
+      });
+  EXPECT_EQ(calls, 1);
+  EXPECT_GT(weight_grad, 0);
+}
+
+TEST(MeasureStep, RefusesALossBackwardCannotStartFrom) {
+  SmallStep model;
+  const auto message_of = [&](const std::function<torch::Tensor()>& loss) {
+    try {
+      remat::measure::measure_step(c10::kCPU, loss);
+    } catch (const std::invalid_argument& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  const std::string undefined = message_of([] { return torch::Tensor(); });
+  EXPECT_NE(undefined.find("an undefined tensor"), std::string::npos)
+      << undefined;
+  const std::string vector = message_of(
+      [&] { return torch::relu(model.linear->forward(model.input)); });
+  EXPECT_NE(vector.find("[32, 48]"), std::string::npos) << vector;
+  EXPECT_NE(vector.find("1536 elements"), std::string::npos) << vector;
+  const std::string no_grad = message_of([&] {
+    torch::NoGradGuard guard;
+    return model.loss();
+  });
+  EXPECT_NE(no_grad.find("does not require grad"), std::string::npos)
+      << no_grad;
+  // Nothing was accumulated by the refused steps.
+  EXPECT_EQ(model.linear->weight.grad().abs().sum().item<double>(), 0);
+}
+
+TEST(ZeroGradients, AllocatesZerosZeroesInPlaceAndLeavesFrozenParameters) {
+  torch::Tensor trained = torch::ones({3, 4}, torch::requires_grad());
+  torch::Tensor accumulated = torch::ones({5}, torch::requires_grad());
+  accumulated.mutable_grad() = torch::full({5}, 2.0);
+  const void* storage = accumulated.grad().data_ptr();
+  torch::Tensor frozen = torch::ones({2});
+  remat::measure::zero_gradients({trained, accumulated, frozen});
+  ASSERT_TRUE(trained.grad().defined());
+  EXPECT_TRUE(torch::equal(trained.grad(), torch::zeros({3, 4})));
+  EXPECT_TRUE(torch::equal(accumulated.grad(), torch::zeros({5})));
+  EXPECT_EQ(accumulated.grad().data_ptr(), storage);  // in place
+  EXPECT_FALSE(frozen.grad().defined());
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
 #include "harness/scenario.h"
 #include "models/models.h"
 #include "remat/measure/statistics.h"
-#include "remat/measure/timer.h"
+#include "remat/measure/step.h"
 #include "remat/remat.h"
 
 namespace remat::bench {
@@ -113,13 +113,11 @@ Section run_e4(const E4Options& options, const Context& context) {
       if (rows[r].answer.batch == 0) {
         continue;
       }
-      model->zero_grad();
-      measure::synchronize(device);
-      Timer timer;
-      runs[r].first->forward(runs[r].second).sum().backward();
-      measure::synchronize(device);
+      zero_gradients(model->parameters());
+      const StepMeasurement step = measure_step(
+          device, [&] { return runs[r].first->forward(runs[r].second).sum(); });
       if (round >= context.warmup) {
-        rows[r].step_ms.push_back(timer.elapsed_ms());
+        rows[r].step_ms.push_back(step.step_ms());
       }
     }
   }

@@ -6,6 +6,8 @@
 // remat/compress.h            CompressActivations (saved in bf16/fp16/int8)
 // remat/offload.h             SaveOnCpu, SaveToFile (saved to host or a file)
 // remat/memory_meter.h        MemoryMeter, install_tracking_allocator
+// remat/measure/step.h        measure_step (one training step's activation
+//                             peak and times), zero_gradients
 // remat/precision.h           Precision, AutocastGuard (mixed precision)
 // remat/profile.h             profile_chain
 // remat/stage.h               Stage (one block of any chain), stages_of
@@ -27,6 +29,7 @@
 #include "remat/config.h"
 #include "remat/fit.h"
 #include "remat/graph.h"
+#include "remat/measure/step.h"
 #include "remat/memory_meter.h"
 #include "remat/offload.h"
 #include "remat/planned_chain.h"

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "remat/measure/machine.h"
+#include "remat/measure/step.h"
 #include "remat/measure/timer.h"
 #include "remat/memory_meter.h"
 
@@ -65,14 +66,8 @@ std::vector<torch::Tensor> Runner::gradients() const {
 
 void Runner::step_into(
     const ForwardFn& forward, uint64_t seed, Measurement& into) {
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& parameter : workload_.model->parameters()) {
-      parameter.mutable_grad().zero_();
-    }
-  }
+  zero_gradients(workload_.model->parameters());
   workload_.input.mutable_grad() = torch::Tensor();
-  const torch::Device device = workload_.input.device();
   if (!workload_.loss && !loss_weights_.defined()) {
     // The default loss's weights, drawn once from the gate seed.
     torch::NoGradGuard no_grad;
@@ -80,28 +75,17 @@ void Runner::step_into(
     loss_weights_ = torch::randn_like(forward(workload_.input));
   }
   torch::manual_seed(seed);
-  synchronize(device);
-  remat::MemoryMeter meter(device);
-  const double cpu_start_ms = process_cpu_ms();
-  Timer timer;
-  torch::Tensor loss;
-  {
+  const StepMeasurement step = measure_step(workload_.input.device(), [&] {
     // The output is not held past the loss.
     const torch::Tensor output = forward(workload_.input);
-    loss = workload_.loss ? workload_.loss(output)
+    return workload_.loss ? workload_.loss(output)
                           : (output * loss_weights_).sum();
-  }
-  synchronize(device);
-  const double forward_ms = timer.elapsed_ms();
-  timer.restart();
-  loss.backward();
-  synchronize(device);
-  const double backward_ms = timer.elapsed_ms();
-  into.cpu_ms.push_back(process_cpu_ms() - cpu_start_ms);
-  into.peak_bytes = std::max(into.peak_bytes, meter.peak_delta_bytes());
-  into.forward_ms.push_back(forward_ms);
-  into.backward_ms.push_back(backward_ms);
-  into.step_ms.push_back(forward_ms + backward_ms);
+  });
+  into.cpu_ms.push_back(step.cpu_ms);
+  into.peak_bytes = std::max(into.peak_bytes, step.peak_delta_bytes);
+  into.forward_ms.push_back(step.forward_ms);
+  into.backward_ms.push_back(step.backward_ms);
+  into.step_ms.push_back(step.step_ms());
 }
 
 Measurement Runner::step(const ForwardFn& forward, uint64_t seed) {

@@ -55,8 +55,7 @@
 #include "remat/graph.h"
 #include "remat/measure/runner.h"
 #include "remat/measure/statistics.h"
-#include "remat/measure/timer.h"
-#include "remat/memory_meter.h"
+#include "remat/measure/step.h"
 #include "remat/planned_chain.h"
 #include "remat/planner/simulate.h"
 #include "remat/planner/solvers.h"
@@ -221,26 +220,21 @@ void measure_steps(
   std::vector<double> times;
   const int steps = timed ? kWarmupSteps + kTimedSteps : 1;
   for (int step = 0; step < steps; ++step) {
-    MemoryMeter meter(input.device());
-    measure::synchronize(input.device());
-    const measure::Timer timer;
-    torch::Tensor output = net->forward(input);
-    torch::Tensor loss = options.loss() ? options.loss()(output)
-                                        : output.to(torch::kFloat).sum();
-    output = torch::Tensor();  // as a training loop: it goes with backward
-    loss.backward();
-    measure::synchronize(input.device());
-    const double ms = timer.elapsed_ms();
+    const measure::StepMeasurement measured =
+        measure::measure_step(input.device(), [&] {
+          // The output goes with the loss's backward, as in a training loop.
+          const torch::Tensor output = net->forward(input);
+          return options.loss() ? options.loss()(output)
+                                : output.to(torch::kFloat).sum();
+        });
     if (step == 0) {
-      // The loss and its seed gradient are outside the chain; the input
-      // inside.
-      answer.measured_peak_bytes = meter.peak_delta_bytes() -
-                                   2 * static_cast<int64_t>(loss.nbytes()) +
+      // The memory model counts the input.
+      answer.measured_peak_bytes = measured.activation_peak_bytes() +
                                    static_cast<int64_t>(input.nbytes());
-      answer.measured_step_ms = ms;
+      answer.measured_step_ms = measured.step_ms();
     }
     if (step >= kWarmupSteps) {
-      times.push_back(ms);
+      times.push_back(measured.step_ms());
     }
   }
   if (!times.empty()) {

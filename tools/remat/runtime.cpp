@@ -6,29 +6,12 @@
 #include <stdexcept>
 #include <vector>
 
-#include <remat/measure/timer.h>
+#include <remat/measure/step.h>
 
 #include "cli_error.h"
 
 namespace remat::cli {
 namespace {
-
-// Allocates every parameter gradient (zeros) or zeroes it in place, so the
-// gradients are live before the meter starts (docs/benchmarks.md).
-void zero_gradients(const std::vector<torch::Tensor>& parameters) {
-  torch::NoGradGuard no_grad;
-  for (auto parameter : parameters) {
-    if (!parameter.requires_grad()) {
-      continue;
-    }
-    if (parameter.grad().defined()) {
-      parameter.mutable_grad().detach_();
-      parameter.mutable_grad().zero_();
-    } else {
-      parameter.mutable_grad() = torch::zeros_like(parameter);
-    }
-  }
-}
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     const OptimizerChoice& choice, std::vector<torch::Tensor> parameters) {
@@ -298,14 +281,14 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
   std::vector<torch::Tensor> held = module_->parameters();
 #if REMAT_WITH_DISTRIBUTED
   if (sharded_) {
-    zero_gradients(sharded_->shards());
+    measure::zero_gradients(sharded_->shards());
     const std::vector<torch::Tensor> shards = sharded_->shards();
     held.insert(held.end(), shards.begin(), shards.end());
   } else {
-    zero_gradients(held);
+    measure::zero_gradients(held);
   }
 #else
-  zero_gradients(held);
+  measure::zero_gradients(held);
 #endif
   torch::manual_seed(seed);
   StepResult result;
@@ -319,39 +302,29 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
   set_targets_(batch);
   {
     AutocastGuard autocast(c10::kCPU, precision_);
-    const c10::Device device = batch.inputs.device();
-    measure::synchronize(device);
-    meter_.reset();
-    measure::Timer timer;
-    torch::Tensor loss;
-    {
-      std::optional<CompressActivations> compressed;
-      if (compress_) {
-        compressed.emplace(*compress_);
-      }
-      loss = executor_->forward(batch.inputs);
-    }
-    measure::synchronize(device);
-    result.forward_ms = timer.elapsed_ms();
-    timer.restart();
-    loss.backward();
+    const measure::StepMeasurement measured = measure::measure_step(
+        batch.inputs.device(),
+        [&] {
+          std::optional<CompressActivations> compressed;
+          if (compress_) {
+            compressed.emplace(*compress_);
+          }
+          return executor_->forward(batch.inputs);
+        },
+        [&] {
 #if REMAT_WITH_DISTRIBUTED
-    if (sync_) {
-      sync_->finish();
-    }
-    if (sharded_) {
-      sharded_->finish();
-    }
+          if (sync_) {
+            sync_->finish();
+          }
+          if (sharded_) {
+            sharded_->finish();
+          }
 #endif
-    measure::synchronize(device);
-    result.backward_ms = timer.elapsed_ms();
-    // The loss value (the chain's output, which this step holds) and the
-    // gradient that seeds backward (which autograd holds) stay alive to the
-    // end of backward, past where the memory model frees them: as every
-    // remat measurement of a step (fit, the tests), they are not counted.
-    result.activation_peak_bytes =
-        meter_.peak_delta_bytes() - 2 * static_cast<int64_t>(loss.nbytes());
-    result.loss = loss.item<double>();
+        });
+    result.forward_ms = measured.forward_ms;
+    result.backward_ms = measured.backward_ms;
+    result.activation_peak_bytes = measured.activation_peak_bytes();
+    result.loss = measured.loss.item<double>();
   }
 #if REMAT_WITH_DISTRIBUTED
   if (group_) {
@@ -377,7 +350,7 @@ planner::ModelState measure_model_state(
   const torch::nn::Sequential copy = clone_sequential(model);
   state.parameter_bytes = meter.current_bytes() - start;
   std::vector<torch::Tensor> parameters = copy->parameters();
-  zero_gradients(parameters);
+  measure::zero_gradients(parameters);
   state.gradient_bytes = meter.current_bytes() - start - state.parameter_bytes;
   const std::unique_ptr<torch::optim::Optimizer> updates =
       make_optimizer(optimizer, parameters);

@@ -16,15 +16,13 @@
 //   none        remat::run_graph: the stages run plainly
 //   optimal, per-block, encoder
 //               remat::PlannedGraph(stages, plan)
-// A Trainer owns a model's optimizer and measures steps as
-// docs/benchmarks.md defines: parameter gradients are allocated (zeroed, not
-// freed) before the MemoryMeter is reset right before forward; the activation
-// peak is the meter's peak_delta_bytes over forward + loss + backward, which
-// run in the trainer's precision (an AutocastGuard for the CPU, whose cast
-// cache is off: a parameter's bf16 copy is a saved tensor like any other),
-// less the loss value and its seed gradient, which the step and autograd
-// hold past the chain's end (8 bytes for an fp32 loss; the loss is the
-// chain's last stage, workload.h).
+// A Trainer owns a model's optimizer and measures each step with
+// remat::measure::measure_step (remat/measure/step.h): parameter gradients
+// are allocated (zeroed, not freed) before the step; the activation peak is
+// the step's, less the loss value and its seed gradient. Forward, loss and
+// backward run in the trainer's precision (an AutocastGuard for the CPU,
+// whose cast cache is off: a parameter's bf16 copy is a saved tensor like
+// any other); the loss is the chain's last stage (workload.h).
 // The optimizer step runs after the measurement, outside autocast. In a
 // process group, a GradientSync averages the gradients over the ranks during
 // backward; its finish() is part of the measured backward, and the loss
