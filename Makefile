@@ -89,7 +89,8 @@ sanitize: $(SETUP)
 # Installs the benchmark dependencies (the bench group: python3-torch for E6),
 # builds remat_bench, runs every scenario at the sizes of BENCH_SCENARIOS and
 # regenerates docs/benchmarks.md from the results (tables also as CSV and
-# JSON in BENCH_OUT). About 40 minutes on 2 idle cores.
+# JSON in BENCH_OUT). About 40 minutes on 2 idle cores, plus up to 2 minutes
+# per scenario waiting for the load the previous one left to settle.
 BENCH_OUT       ?= $(BUILD)/bench-results
 BENCH_SCENARIOS ?= E1 --batch 512 E2 E2-variants E2-selective E3 E4 E5 E6 E7
 BENCH_PAGE      ?= docs/benchmarks.md
@@ -99,7 +100,7 @@ bench:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS) --target remat_bench
 	rm -rf $(BENCH_OUT)
-	$(BUILD)/bench/remat_bench --out $(BENCH_OUT) --page $(BENCH_PAGE) \
+	$(BUILD)/bench/remat_bench --settle 120 --out $(BENCH_OUT) --page $(BENCH_PAGE) \
 	  --preamble $(BENCH_PREAMBLE) $(BENCH_SCENARIOS)
 
 # E3 on LibTorch 2.14 next to Python PyTorch 2.14 (whose selective

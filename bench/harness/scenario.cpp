@@ -3,6 +3,7 @@
 #include "harness/scenario.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -10,7 +11,9 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
+#include "remat/measure/timer.h"
 #include "remat/remat.h"
 
 #if defined(__GLIBC__)
@@ -104,6 +107,25 @@ std::vector<Scenario> registered_scenarios() {
   return scenarios;
 }
 
+namespace {
+
+// Waits up to `seconds` for the 1-minute load average to fall below 0.5,
+// checking every 5 s (how often the kernel updates it).
+void settle(int seconds) {
+  const Timer waited;
+  double load = read_load_average();
+  while (load >= 0.5 && waited.elapsed_ms() < 1000.0 * seconds) {
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    load = read_load_average();
+  }
+  if (seconds > 0) {
+    std::cerr << "remat_bench: load average " << load << " after "
+              << static_cast<int>(waited.elapsed_ms() / 1000) << " s\n";
+  }
+}
+
+}  // namespace
+
 int run_main(int argc, char** argv) {
   keep_freed_memory();
   CLI::App app{
@@ -128,6 +150,15 @@ int run_main(int argc, char** argv) {
   app.add_flag(
       "--quick", context.quick, "Smallest sizes and 1 + 3 rounds: a smoke run");
   app.add_flag("--verbose", context.verbose, "Progress on stderr");
+  int settle_s = 0;
+  app.add_option(
+         "--settle",
+         settle_s,
+         "Before each scenario, wait up to this many seconds for the 1-minute "
+         "load average to fall below 0.5 (the load the previous scenario "
+         "left), so that the busy-machine warning speaks of other work")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option(
       "--out",
       out_dir,
@@ -176,6 +207,7 @@ int run_main(int argc, char** argv) {
 
   int status = 0;
   for (const Scenario& scenario : selected) {
+    settle(settle_s);
     std::cerr << "remat_bench: " << scenario.name << " ...\n";
     context.machine = describe_machine();
     try {
