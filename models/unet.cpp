@@ -8,6 +8,7 @@
 // StagesEqualForward tests of tests/unet_test.cpp hold them together.
 #include <models/unet.h>
 
+#include <functional>
 #include <utility>
 
 namespace remat::models {
@@ -225,6 +226,21 @@ torch::Tensor UNetBlockImpl::forward(const torch::Tensor& input) {
   return layers->forward(input);
 }
 
+torch::nn::Sequential UNetBlockImpl::round(int64_t index) const {
+  TORCH_CHECK(
+      index == 0 || index == 1,
+      "remat::models::UNetBlock::round: expected round 0 or 1, got ",
+      index);
+  // reset() builds two rounds of the same layers.
+  const auto per_round = static_cast<int64_t>(layers->size()) / 2;
+  torch::nn::Sequential part;
+  auto layer = layers->begin() + index * per_round;
+  for (int64_t k = 0; k < per_round; ++k, ++layer) {
+    part->push_back(*layer);
+  }
+  return part;
+}
+
 // ---- UNetDecoderBlock
 // ----------------------------------------------------------
 
@@ -257,6 +273,11 @@ void UNetDecoderBlockImpl::pretty_print(std::ostream& stream) const {
 
 torch::Tensor UNetDecoderBlockImpl::forward(
     const torch::Tensor& below, const torch::Tensor& skip) {
+  return block->forward(join(below, skip));
+}
+
+torch::Tensor UNetDecoderBlockImpl::join(
+    const torch::Tensor& below, const torch::Tensor& skip) {
   auto upsampled = up.forward<torch::Tensor>(below);
   TORCH_CHECK(
       skip.dim() == upsampled.dim() && skip.sizes() == upsampled.sizes(),
@@ -265,7 +286,7 @@ torch::Tensor UNetDecoderBlockImpl::forward(
       upsampled.sizes(),
       ", got ",
       skip.sizes());
-  return block->forward(torch::cat({skip, upsampled}, 1));
+  return torch::cat({skip, upsampled}, 1);
 }
 
 // ---- UNet
@@ -341,56 +362,106 @@ torch::Tensor UNetImpl::forward(const torch::Tensor& input) {
 }
 
 // See NOTE: [One computation, two drivers].
-std::vector<remat::GraphStage> UNetImpl::stages() const {
-  using Inputs = std::vector<torch::Tensor>;
-  std::vector<remat::GraphStage> graph;
-  std::vector<int> encoder_stage;
-  for (size_t level = 0; level < encoder.size(); ++level) {
-    std::shared_ptr<UNetBlockImpl> block = encoder[level].ptr();
-    if (level == 0) {
-      graph.push_back(
-          {[block, checked = options](const Inputs& in) {
-             check_unet_input(checked, in.at(0));
-             return block->forward(in.at(0));
-           },
-           block,
-           {remat::kGraphInput}});
-    } else {
-      graph.push_back(
-          {[block](const Inputs& in) { return block->forward(in.at(0)); },
-           block,
-           {static_cast<int>(graph.size()) - 1}});
+namespace {
+
+using StageInputs = std::vector<torch::Tensor>;
+using OneInput = std::function<torch::Tensor(const torch::Tensor&)>;
+
+/// How one module runs on one tensor.
+OneInput run_of(torch::nn::AnyModule module) {
+  return [module](const torch::Tensor& x) mutable {
+    return module.forward<torch::Tensor>(x);
+  };
+}
+OneInput run_of(torch::nn::Sequential module) {
+  return
+      [module](const torch::Tensor& x) mutable { return module->forward(x); };
+}
+
+/// The stage of `module` (run by `run`) reading `reads` (the stage before
+/// it when empty; the graph input when `graph` is empty).
+remat::GraphStage one_input_stage(
+    const std::vector<remat::GraphStage>& graph,
+    OneInput run,
+    std::shared_ptr<torch::nn::Module> module) {
+  return {
+      [run = std::move(run)](const StageInputs& in) { return run(in.at(0)); },
+      std::move(module),
+      {graph.empty() ? remat::kGraphInput
+                     : static_cast<int>(graph.size()) - 1}};
+}
+
+/// Appends `block` to `graph`, reading the stage before it (or the graph
+/// input): one stage, or its two rounds (UNetStageSplit::kConvolution).
+/// `check` runs first on the block's input.
+void push_block(
+    std::vector<remat::GraphStage>& graph,
+    const UNetBlock& block,
+    UNetStageSplit split,
+    const OneInput& check = {}) {
+  std::vector<std::pair<OneInput, std::shared_ptr<torch::nn::Module>>> parts;
+  if (split == UNetStageSplit::kBlock) {
+    parts.emplace_back(run_of(torch::nn::AnyModule(block)), block.ptr());
+  } else {
+    for (int64_t round = 0; round < 2; ++round) {
+      torch::nn::Sequential part = block->round(round);
+      parts.emplace_back(run_of(part), part.ptr());
     }
-    encoder_stage.push_back(static_cast<int>(graph.size()) - 1);
-    torch::nn::AnyModule pool = pools[level];
-    graph.push_back(
-        {[pool](const Inputs& in) mutable {
-           return pool.forward<torch::Tensor>(in.at(0));
-         },
-         pool.ptr(),
-         {static_cast<int>(graph.size()) - 1}});
   }
-  std::shared_ptr<UNetBlockImpl> middle = bottleneck.ptr();
-  graph.push_back(
-      {[middle](const Inputs& in) { return middle->forward(in.at(0)); },
-       middle,
-       {static_cast<int>(graph.size()) - 1}});
+  if (check) {
+    parts.front().first = [check,
+                           run = parts.front().first](const torch::Tensor& x) {
+      check(x);
+      return run(x);
+    };
+  }
+  for (auto& [run, module] : parts) {
+    graph.push_back(one_input_stage(graph, std::move(run), std::move(module)));
+  }
+}
+
+}  // namespace
+
+std::vector<remat::GraphStage> UNetImpl::stages(UNetStageSplit split) const {
+  std::vector<remat::GraphStage> graph;
+  std::vector<int> encoder_stage;  // the last stage of encoder l
+  for (size_t level = 0; level < encoder.size(); ++level) {
+    // Encoder 0 reads the graph input, checked as forward() checks it.
+    OneInput check;
+    if (level == 0) {
+      check = [checked = options](const torch::Tensor& x) {
+        check_unet_input(checked, x);
+        return x;
+      };
+    }
+    push_block(graph, encoder[level], split, check);
+    encoder_stage.push_back(static_cast<int>(graph.size()) - 1);
+    graph.push_back(
+        one_input_stage(graph, run_of(pools[level]), pools[level].ptr()));
+  }
+  push_block(graph, bottleneck, split);
   for (size_t level = decoder.size(); level-- > 0;) {
     std::shared_ptr<UNetDecoderBlockImpl> block = decoder[level].ptr();
+    const std::vector<int> reads{
+        static_cast<int>(graph.size()) - 1, encoder_stage[level]};
+    if (split == UNetStageSplit::kBlock) {
+      graph.push_back(
+          {[block](const StageInputs& in) {
+             return block->forward(in.at(0), in.at(1));
+           },
+           block,
+           reads});
+      continue;
+    }
     graph.push_back(
-        {[block](const Inputs& in) {
-           return block->forward(in.at(0), in.at(1));
+        {[block](const StageInputs& in) {
+           return block->join(in.at(0), in.at(1));
          },
-         block,
-         {static_cast<int>(graph.size()) - 1, encoder_stage[level]}});
+         block->up.ptr(),
+         reads});
+    push_block(graph, block->block, split);
   }
-  torch::nn::AnyModule logits = head;
-  graph.push_back(
-      {[logits](const Inputs& in) mutable {
-         return logits.forward<torch::Tensor>(in.at(0));
-       },
-       logits.ptr(),
-       {static_cast<int>(graph.size()) - 1}});
+  graph.push_back(one_input_stage(graph, run_of(head), head.ptr()));
   return graph;
 }
 

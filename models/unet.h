@@ -13,7 +13,8 @@
 // divisible by 2^L (so every pooling halves exactly and every upsampling
 // meets its skip); output logits [N, classes, *spatial].
 //
-// UNet::stages() gives the same computation as 3L + 2 GraphStages; unlike the
+// UNet::stages() gives the same computation as 3L + 2 GraphStages (one per
+// block), or 6L + 3 (one per convolution round); unlike the
 // other demo models this one is not a chain (the skips are graph edges), so it
 // has no Sequential form.
 #pragma once
@@ -94,6 +95,11 @@ class UNetBlockImpl : public torch::nn::Cloneable<UNetBlockImpl> {
   void reset() override;
   void pretty_print(std::ostream& stream) const override;
   torch::Tensor forward(const torch::Tensor& input);
+  /// Round `index` (0 or 1) of the block: its convolution, norm, ReLU (and
+  /// Dropout), a Sequential sharing this block's modules. Running round 0
+  /// then round 1 is forward(). Throws c10::Error naming the index unless it
+  /// is 0 or 1.
+  torch::nn::Sequential round(int64_t index) const;
 
   UNetBlockOptions options;
   /// The layers in order, for example Conv2d, BatchNorm2d, ReLU, Conv2d,
@@ -115,12 +121,26 @@ class UNetDecoderBlockImpl : public torch::nn::Cloneable<UNetDecoderBlockImpl> {
   /// Throws c10::Error naming both shapes if `skip` is not the shape of the
   /// upsampled `below`.
   torch::Tensor forward(const torch::Tensor& below, const torch::Tensor& skip);
+  /// cat(skip, up(below)) along the channels: what forward() passes to
+  /// `block`. Throws as forward().
+  torch::Tensor join(const torch::Tensor& below, const torch::Tensor& skip);
 
   UNetBlockOptions options;
   torch::nn::AnyModule up;  // ConvTranspose2d or ConvTranspose3d
   UNetBlock block{nullptr};
 };
 TORCH_MODULE(UNetDecoderBlock);
+
+/// How UNet::stages() cuts the network into graph stages.
+enum class UNetStageSplit {
+  /// One stage per block: 3 * levels + 2 stages.
+  kBlock,
+  /// One stage per convolution round (conv, norm, ReLU, Dropout) of every
+  /// block, and a decoder level's upsampling and concatenation as a stage of
+  /// its own: 6 * levels + 3 stages. Finer stages let a plan keep or drop
+  /// each convolution's output, down to less memory than whole blocks allow.
+  kConvolution,
+};
 
 /// The U-Net of the top of this header. Children, in execution order:
 /// encoder0, pool0, encoder1, pool1, ..., bottleneck, decoder{L-1}, ...,
@@ -145,7 +165,8 @@ class UNetImpl : public torch::nn::Cloneable<UNetImpl> {
   /// and levels).
   torch::Tensor forward(const torch::Tensor& input);
 
-  /// The same computation as 3 * levels + 2 graph stages, in this order:
+  /// The same computation as graph stages. With UNetStageSplit::kBlock
+  /// (the default), 3 * levels + 2 stages, in this order:
   ///   encoder l, pool l         for l = 0 .. levels-1 (stages 2l, 2l + 1)
   ///   bottleneck                (stage 2 * levels)
   ///   decoder l                 for l = levels-1 .. 0
@@ -154,13 +175,19 @@ class UNetImpl : public torch::nn::Cloneable<UNetImpl> {
   /// every other encoder, pool and the bottleneck the stage before it;
   /// decoder l reads {the stage before it, encoder l's stage}; the head the
   /// last decoder. Each stage's module is the child it runs (encoder l,
-  /// pool l, ...), shared with this UNet. Running the stages in order
-  /// computes forward(input) bitwise (in train mode: from the same RNG
-  /// state).
+  /// pool l, ...), shared with this UNet.
+  /// With UNetStageSplit::kConvolution, 6 * levels + 3 stages: every block
+  /// above becomes its two rounds (UNetBlock::round), read in turn, and
+  /// decoder l becomes join l (UNetDecoderBlock::join; it reads {the stage
+  /// before it, encoder l's round 1}, its module the decoder's `up`) and
+  /// the two rounds of the decoder's block.
+  /// Either way, running the stages in order computes forward(input)
+  /// bitwise (in train mode: from the same RNG state).
   ///
   /// Example:
   ///   auto planned = remat::auto_checkpoint(net->stages(), images, budget);
-  std::vector<remat::GraphStage> stages() const;
+  std::vector<remat::GraphStage> stages(
+      UNetStageSplit split = UNetStageSplit::kBlock) const;
 
   UNetOptions options;
   std::vector<UNetBlock> encoder;           // encoder[l]: w * 2^l channels

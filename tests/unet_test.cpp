@@ -38,19 +38,36 @@ torch::Tensor run_stages_in_order(
 
 /// Expects the stages of `net` to give forward()'s output on `input`
 /// bitwise, in train mode (from the same RNG state) and in eval mode.
+/// Both ways of cutting stages (UNetStageSplit).
 void expect_stages_equal_forward(UNet net, const torch::Tensor& input) {
-  const auto stages = net->stages();
-  for (bool training : {true, false}) {
-    SCOPED_TRACE(training ? "train mode" : "eval mode");
-    net->train(training);
-    torch::manual_seed(7);
-    const auto direct = net->forward(input);
-    torch::manual_seed(7);
-    const auto staged = run_stages_in_order(stages, input);
-    ASSERT_EQ(staged.sizes(), direct.sizes());
-    EXPECT_TRUE(torch::equal(staged, direct))
-        << "max difference " << (staged - direct).abs().max().item<double>();
+  for (const UNetStageSplit split :
+       {UNetStageSplit::kBlock, UNetStageSplit::kConvolution}) {
+    const auto stages = net->stages(split);
+    for (bool training : {true, false}) {
+      SCOPED_TRACE(
+          std::string(split == UNetStageSplit::kBlock ? "blocks" : "rounds") +
+          (training ? ", train mode" : ", eval mode"));
+      net->train(training);
+      torch::manual_seed(7);
+      const auto direct = net->forward(input);
+      torch::manual_seed(7);
+      const auto staged = run_stages_in_order(stages, input);
+      ASSERT_EQ(staged.sizes(), direct.sizes());
+      EXPECT_TRUE(torch::equal(staged, direct))
+          << "max difference " << (staged - direct).abs().max().item<double>();
+    }
   }
+}
+
+/// The number of parameter elements of `stages`' modules.
+int64_t staged_parameters(const std::vector<remat::GraphStage>& stages) {
+  int64_t count = 0;
+  for (const auto& stage : stages) {
+    for (const auto& parameter : stage.module->parameters()) {
+      count += parameter.numel();
+    }
+  }
+  return count;
 }
 
 /// Sets LibTorch's intra-op thread count for the scope, then restores it.
@@ -158,17 +175,59 @@ TEST(UNet, StagesShareTheChildrenAndReadTheirSkips) {
   }
   EXPECT_EQ(stages.back().module.get(), net->head.ptr().get());
   // The stages' modules hold every parameter of the net, once.
-  int64_t staged_parameters = 0;
-  for (const auto& stage : stages) {
-    for (const auto& parameter : stage.module->parameters()) {
-      staged_parameters += parameter.numel();
-    }
-  }
   int64_t net_parameters = 0;
   for (const auto& parameter : net->parameters()) {
     net_parameters += parameter.numel();
   }
-  EXPECT_EQ(staged_parameters, net_parameters);
+  EXPECT_EQ(staged_parameters(stages), net_parameters);
+}
+
+TEST(UNet, ConvolutionStagesAreTheRoundsOfEveryBlockAndReadTheirSkips) {
+  const int64_t levels = 3;
+  UNet net(UNetOptions().levels(levels).base_width(4).dropout(0.1));
+  const auto stages = net->stages(UNetStageSplit::kConvolution);
+  ASSERT_EQ(stages.size(), static_cast<size_t>(6 * levels + 3));
+  // Encoder l: rounds at 3l, 3l + 1, then pool l at 3l + 2, in a row.
+  for (int64_t level = 0; level < levels; ++level) {
+    const auto first = static_cast<size_t>(3 * level);
+    for (size_t k = first; k < first + 3; ++k) {
+      EXPECT_EQ(
+          stages[k].inputs,
+          std::vector<int>{
+              k == 0 ? remat::kGraphInput : static_cast<int>(k) - 1});
+    }
+    // A round shares the block's modules: conv, norm, ReLU, Dropout.
+    EXPECT_EQ(stages[first].module->children().size(), 4u);
+    EXPECT_EQ(
+        stages[first].module->children().front().get(),
+        net->encoder[level]->layers->children().front().get());
+    EXPECT_EQ(
+        stages[first + 1].module->children().front().get(),
+        net->encoder[level]->layers->children()[4].get());
+    EXPECT_EQ(stages[first + 2].module.get(), net->pools[level].ptr().get());
+  }
+  // Bottleneck rounds at 3L, 3L + 1; then per decoder level (deepest
+  // first) join, round 0, round 1; join l reads the stage before it and
+  // encoder l's round 1.
+  size_t index = static_cast<size_t>(3 * levels + 2);
+  for (int64_t level = levels - 1; level >= 0; --level, index += 3) {
+    EXPECT_EQ(
+        stages[index].inputs,
+        (std::vector<int>{
+            static_cast<int>(index) - 1, static_cast<int>(3 * level + 1)}));
+    EXPECT_EQ(stages[index].module.get(), net->decoder[level]->up.ptr().get());
+    EXPECT_EQ(
+        stages[index + 1].inputs, std::vector<int>{static_cast<int>(index)});
+  }
+  EXPECT_EQ(index, stages.size() - 1);
+  EXPECT_EQ(stages.back().module.get(), net->head.ptr().get());
+  int64_t net_parameters = 0;
+  for (const auto& parameter : net->parameters()) {
+    net_parameters += parameter.numel();
+  }
+  EXPECT_EQ(staged_parameters(stages), net_parameters);
+  EXPECT_TRUE(throws_containing(
+      [&] { net->encoder[0]->round(2); }, "expected round 0 or 1, got 2"));
 }
 
 TEST(UNet, RefusesSpatialSizesNotDivisibleByTwoToTheLevels) {
