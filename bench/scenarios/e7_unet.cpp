@@ -18,7 +18,10 @@
 //     sweep and at the minimum feasible budget, and the optimal plan at the
 //     measured peaks of per-block and of encoder-only (one probe step each;
 //     simulate()'s units: activation peak plus the input's bytes). Budgets
-//     that resolve to one plan share one configuration.
+//     that resolve to one plan share one configuration. None and the hand
+//     schedules run on the U-Net cut one stage per block; the optimal plans
+//     on the cut --optimal-stages names (default: one stage per convolution
+//     round, UNetStageSplit::kConvolution, profiled on its own).
 //  3. The PyTorch side (bench/pytorch/e7_pytorch.py, a PythonPeer as E6's)
 //     builds the same U-Net, loads this process's parameters, images and
 //     labels, and runs none and per-block (torch.utils.checkpoint,
@@ -83,7 +86,10 @@ struct E7Options {
   int64_t levels = 3;                                // U-Net poolings
   int64_t base_width = 8;                            // channels of level 0
   std::vector<double> percents = {100, 80, 60, 40};  // sweep, of store-all
-  bool no_pytorch = false;                           // the remat side only
+  // The cut the optimal plans run on: "convolution" (one stage per
+  // convolution round) or "block" (the hand schedules' cut).
+  std::string optimal_stages = "convolution";
+  bool no_pytorch = false;  // the remat side only
   std::string python = "/usr/bin/python3";
   std::string script = REMAT_E7_SCRIPT;   // e7_pytorch.py
   std::string meter = REMAT_BENCH_METER;  // libremat_meter.so
@@ -192,10 +198,13 @@ void write_floats(std::ofstream& stream, const torch::Tensor& tensor) {
       static_cast<std::streamsize>(host.numel() * sizeof(float)));
 }
 
-// The stages of `net` followed by the loss stage (see the top).
+// The stages of `net` cut by `split`, followed by the loss stage (see the
+// top).
 std::vector<GraphStage> stages_with_loss(
-    const models::UNet& net, const torch::Tensor& labels) {
-  std::vector<GraphStage> stages = net->stages();
+    const models::UNet& net,
+    const torch::Tensor& labels,
+    models::UNetStageSplit split) {
+  std::vector<GraphStage> stages = net->stages(split);
   const int head = static_cast<int>(stages.size()) - 1;
   stages.push_back(
       {[labels](const std::vector<torch::Tensor>& in) {
@@ -500,9 +509,19 @@ ModelResult run_model(
       batch, std::vector<int64_t>(static_cast<size_t>(dims), size), 1);
   const torch::Tensor images = data.images;
   const int64_t input_bytes = static_cast<int64_t>(images.nbytes());
-  auto stages = stages_with_loss(net, data.labels);
+  // The hand schedules and none run on one stage per block; the optimal
+  // plans on options.optimal_stages.
+  const auto stages =
+      stages_with_loss(net, data.labels, models::UNetStageSplit::kBlock);
   const int64_t stage_count = static_cast<int64_t>(stages.size());
   const planner::Graph graph = profile_graph(stages, images);
+  const bool fine = options.optimal_stages == "convolution";
+  const auto optimal_stages =
+      fine ? stages_with_loss(
+                 net, data.labels, models::UNetStageSplit::kConvolution)
+           : stages;
+  const planner::Graph optimal_graph =
+      fine ? profile_graph(optimal_stages, images) : graph;
   // The loss value (the graph's output, which the step holds) and the
   // gradient that seeds backward (which autograd holds) stay alive to the end
   // of backward, past where the memory model frees them: as in every remat
@@ -522,10 +541,15 @@ ModelResult run_model(
 
   std::vector<Config> configs;
   std::map<std::string, size_t> config_of_plan;
+  // A configuration running `plan` on the block cut, or (`optimal`) on the
+  // optimal plans' cut.
   const auto add_plan = [&](const std::string& name,
                             const std::string& call,
-                            const planner::Plan& plan) {
-    const std::string key = plan.to_string();
+                            const planner::Plan& plan,
+                            bool optimal = false) {
+    const std::vector<GraphStage>& cut = optimal ? optimal_stages : stages;
+    const std::string key =
+        std::string(optimal && fine ? "rounds " : "blocks ") + plan.to_string();
     if (const auto found = config_of_plan.find(key);
         found != config_of_plan.end()) {
       return found->second;
@@ -534,8 +558,8 @@ ModelResult run_model(
     config.name = name;
     config.call = call;
     config.plan = plan;
-    config.predicted = planner::simulate(graph, plan);
-    PlannedGraph planned(stages, plan);
+    config.predicted = planner::simulate(optimal ? optimal_graph : graph, plan);
+    PlannedGraph planned(cut, plan);
     config.forward = [planned](const torch::Tensor& x) mutable {
       return planned->forward(x);
     };
@@ -579,7 +603,8 @@ ModelResult run_model(
   lines.push_back({"per-block", "", 0, per_block, ""});
   lines.push_back({"encoder-only", "", 0, encoder_only, ""});
   const int64_t store_all_bytes = configs[0].predicted.peak_bytes;
-  const int64_t minimum_bytes = planner::min_feasible_budget_bytes(graph);
+  const int64_t minimum_bytes =
+      planner::min_feasible_budget_bytes(optimal_graph);
   const auto add_optimal = [&](const std::string& label,
                                const std::string& budget_text,
                                int64_t budget_bytes) {
@@ -588,11 +613,12 @@ ModelResult run_model(
       line.note = "infeasible: below the minimum " +
                   planner::format_bytes(minimum_bytes);
     } else {
-      const auto plan = plan_within(graph, Budget::bytes(budget_bytes));
+      const auto plan = plan_within(optimal_graph, Budget::bytes(budget_bytes));
       line.config = add_plan(
           "optimal@" + budget_text,
           "plan_within(graph, " + budget_text + ")",
-          plan);
+          plan,
+          /*optimal=*/true);
     }
     lines.push_back(std::move(line));
   };
@@ -601,7 +627,7 @@ ModelResult run_model(
     add_optimal(
         "optimal, " + percent_text(percent),
         percent_text(percent),
-        budget.resolve_bytes(graph));
+        budget.resolve_bytes(optimal_graph));
   }
   add_optimal("optimal, minimum feasible", "minimum", minimum_bytes);
   // Equal memory: the hand schedules' measured peaks (probe steps).
@@ -638,15 +664,29 @@ ModelResult run_model(
     return model_peak(configs[c].remat.peak_bytes);
   };
   std::ostringstream about;
+  const int64_t optimal_store_all_bytes =
+      planner::simulate(optimal_graph, planner::solve_store_all(optimal_graph))
+          .peak_bytes;
   about << "**" << description << "**: " << stage_count
-        << " stages (the U-Net's " << stage_count - 1
-        << " and the loss); store-all peak predicted "
-        << planner::format_bytes(store_all_bytes) << ", measured "
-        << planner::format_bytes(peak(0)) << "; minimum feasible budget "
+        << " stages per block (the U-Net's " << stage_count - 1
+        << " and the loss)";
+  if (fine) {
+    about << ", " << optimal_graph.size()
+          << " per convolution round (the optimal plans' cut)";
+  }
+  about << "; store-all peak predicted "
+        << planner::format_bytes(store_all_bytes);
+  if (fine) {
+    about << " (per round: " << planner::format_bytes(optimal_store_all_bytes)
+          << ")";
+  }
+  about << ", measured " << planner::format_bytes(peak(0))
+        << "; the optimal plans' minimum feasible budget "
         << planner::format_bytes(minimum_bytes) << " ("
-        << Cell::ratio(static_cast<double>(minimum_bytes) / store_all_bytes)
+        << Cell::ratio(
+               static_cast<double>(minimum_bytes) / optimal_store_all_bytes)
                .markdown()
-        << " of store-all); input " << planner::format_bytes(input_bytes)
+        << " of their store-all); input " << planner::format_bytes(input_bytes)
         << "; baseline step " << Cell::ms(none.step().median).markdown()
         << " ms in the rounds, "
         << Cell::ms(rerun_remat.step().median).markdown()
@@ -941,16 +981,25 @@ Section run_e7(const E7Options& requested, const Context& context) {
            "(`schedule_graph` with every stage `kCheckpoint`, what MONAI users "
            "do; the loss stage, last, is always recorded); encoder-only "
            "(encoder blocks and pools `kCheckpoint`, bottleneck, decoder, "
-           "head and loss `kRecord`); the optimal plan (`plan_within`) at "
-           "budgets of ";
+           "head and loss `kRecord`); these three on the U-Net cut one "
+           "stage per block (`stages()`). The optimal plan (`plan_within`) "
+           "runs on the cut "
+        << (options.optimal_stages == "convolution"
+                ? "one stage per convolution round "
+                  "(`stages(UNetStageSplit::kConvolution)`: conv, norm, ReLU; "
+                  "a decoder level's upsampling and concatenation its own "
+                  "stage)"
+                : "one stage per block")
+        << ", at budgets of ";
   for (size_t p = 0; p < options.percents.size(); ++p) {
     intro << (p > 0 ? ", " : "") << percent_text(options.percents[p]);
   }
-  intro << " (fractions of the graph's store-all peak, as `remat::Budget` "
+  intro << " (fractions of its graph's store-all peak, as `remat::Budget` "
            "means them) and at the minimum feasible budget; and the optimal "
            "plan at the measured peaks of per-block and of encoder-only "
            "(equal memory). Budgets that give one plan share one "
-           "configuration. Peaks are in simulate()'s units: the measured "
+           "configuration; stage forwards count the stages of the row's own "
+           "cut. Peaks are in simulate()'s units: the measured "
            "activation peak (tracking allocator, `MemoryMeter`) plus the "
            "input's bytes, less the loss value and backward's seed gradient "
            "(8 bytes, held past the loss stage's backward by the caller and "
@@ -996,6 +1045,14 @@ ScenarioRun setup_e7(CLI::App& command) {
   command.add_option("--levels", options->levels, "U-Net levels")
       ->capture_default_str();
   command.add_option("--base-width", options->base_width, "level-0 channels")
+      ->capture_default_str();
+  command
+      .add_option(
+          "--optimal-stages",
+          options->optimal_stages,
+          "the optimal plans' cut: one stage per convolution round or per "
+          "block")
+      ->check(CLI::IsMember({"convolution", "block"}))
       ->capture_default_str();
   command
       .add_option(
