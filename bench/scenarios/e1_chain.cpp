@@ -181,7 +181,9 @@ const bool kE1Registered = register_scenario(
                << options->width << ")+ReLU, batch " << batch
                << ", fp32. Budgets from the minimum feasible to store-all, "
                   "plus one keeping about 2√n activations; plans from "
-                  "`solve_optimal` (500 slots) on the profiled chain with "
+                  "`solve_optimal` ("
+               << planner::SolverOptions{}.memory_slots
+               << " slots) on the profiled chain with "
                   "every stage's times set to the median over the stages. "
                   "`least forwards`: the fewest stage forwards any plan "
                   "needs at the budget (n = none recomputed). Peaks include "

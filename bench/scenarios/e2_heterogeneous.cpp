@@ -34,8 +34,9 @@ struct Predicted {
 };
 
 struct E2Ratios {
-  std::vector<RatioInterval> measured;  // optimal / best k, per comparable budget
-  std::vector<double> predicted;        // the same pairs by simulate()
+  std::vector<RatioInterval>
+      measured;                   // optimal / best k, per comparable budget
+  std::vector<double> predicted;  // the same pairs by simulate()
 };
 
 Predicted predict(const planner::Chain& chain, const planner::Plan& plan) {
@@ -255,8 +256,9 @@ Section run_e2(const E2Sizes& sizes, const Context& context) {
   section.title = "E2 — heterogeneous chains vs checkpoint_sequential";
   section.add_text(
       "Budgets are fractions of the measured no-checkpoint peak (input "
-      "included). Per budget: the optimal plan (`solve_optimal`, 500 slots, "
-      "on the profiled chain) against the fastest "
+      "included). Per budget: the optimal plan (`solve_optimal`, " +
+      std::to_string(planner::SolverOptions{}.memory_slots) +
+      " slots, on the profiled chain) against the fastest "
       "`remat::checkpoint_sequential(k)` (non-reentrant) whose measured peak "
       "fits, every k measured in the same interleaved run. Predicted = "
       "simulate() on the profiled chain; time ratios in the configuration "

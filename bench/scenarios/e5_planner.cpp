@@ -36,9 +36,9 @@ namespace {
 struct E5Options {
   std::vector<int64_t> stages{50, 100, 200, 500};  // chain lengths
   std::vector<int64_t> threads{1, 0};  // SolverOptions::threads; 0: automatic
-  int64_t slots = 500;                 // SolverOptions::memory_slots
-  double fraction = 0.25;              // budget position, min .. store-all
-  int runs = 5;                        // solves per row
+  int64_t slots = planner::SolverOptions{}.memory_slots;  // default 500
+  double fraction = 0.25;  // budget position, min .. store-all
+  int runs = 5;            // solves per row
 };
 
 planner::Chain random_chain(int64_t stages, uint64_t seed) {
