@@ -20,6 +20,20 @@
 // for the new shape (ShapePolicy::kReplan; plans are kept by shape). See
 // docs/planned_execution.md.
 //
+// Self-correction (options.self_correct): while training, the executor times
+// every stage's forwards and backwards (on CUDA it synchronizes the device at
+// each op boundary to do so). After each options.correction_steps training
+// steps it builds the chain with those times (each stage's median forward and
+// backward; the bytes stay the profile's: options.chain, or, without one, a
+// profile_chain on the first training input) and re-solves the same budget
+// (options.budget resolved on that chain, or else the predicted peak of the
+// plan given at construction). When the new plan is predicted faster than the
+// plan in force by more than options.correction_threshold, it replaces it
+// before the next step; the measured window starts again either way. A
+// switch never raises the predicted peak above that budget, and gradients
+// are those of the plain run under any plan. corrections() lists the
+// switches. See docs/planned_execution.md.
+//
 // Limits: parameters receive their gradients by accumulation inside the
 // backward, so torch::autograd::grad and backward(inputs=...) are refused;
 // backward may run once per forward (no retain_graph re-use).
@@ -86,6 +100,30 @@ struct PlannedChainOptions {
   /// auto_checkpoint sets it; under ShapePolicy::kReplan it follows the
   /// input shape. Must have one stage per stage. Default: none.
   TORCH_ARG(std::optional<planner::Chain>, chain) = std::nullopt;
+  /// Self-correcting plan (see "Self-correction" at the top). Default: false
+  /// (the plan never changes but for ShapePolicy::kReplan: reproducible
+  /// schedules).
+  TORCH_ARG(bool, self_correct) = false;
+  /// Training steps whose stage times are measured before each comparison
+  /// with the plan's times (>= 1). Default: 3.
+  TORCH_ARG(int64_t, correction_steps) = 3;
+  /// The switch happens only when another plan is predicted faster than the
+  /// plan in force, on the measured times, by more than this fraction of
+  /// the plan's time (>= 0). Default: 0.05.
+  TORCH_ARG(double, correction_threshold) = 0.05;
+};
+
+/// One switch of a self-correcting plan (PlannedChainImpl::corrections()).
+struct PlanCorrection {
+  /// Training steps run under the plan in force before this switch.
+  int64_t after_steps = 0;
+  planner::Plan from;  ///< the plan replaced
+  planner::Plan to;    ///< the plan now in force
+  /// simulate()'s times of `from` and `to` on the measured chain.
+  double from_ms = 0;
+  double to_ms = 0;
+  /// The chain with the measured stage times the switch was decided on.
+  planner::Chain measured;
 };
 
 /// A chain of stages executed according to a plan (see the top of this
@@ -104,7 +142,8 @@ struct PlannedChainOptions {
 /// forward, or the plan is not valid for stages.size() stages (the message
 /// carries planner::simulate()'s error), or has a kForwardSelective op
 /// without options.selective_policy, or on_shape_change is kReplan without
-/// a budget.
+/// a budget, or correction_steps < 1 or correction_threshold < 0 (or not
+/// finite).
 class PlannedChainImpl : public torch::nn::Module {
  public:
   PlannedChainImpl(
@@ -120,8 +159,16 @@ class PlannedChainImpl : public torch::nn::Module {
   /// "remat::PlannedChain(stages=4, ops=8, plan=R0 R1 R2 R3 B3 B2 B1 B0)".
   void pretty_print(std::ostream& stream) const override;
 
-  /// The plan executed (replaced under ShapePolicy::kReplan).
+  /// The plan in force (replaced under ShapePolicy::kReplan and by
+  /// self-correction).
   const planner::Plan& plan() const;
+  /// The switches self-correction made, oldest first (empty without
+  /// options.self_correct).
+  const std::vector<PlanCorrection>& corrections() const;
+  /// The chain with the stage times of the last measured window (nullopt
+  /// before the first one, and without options.self_correct): what the
+  /// plan in force is compared on.
+  const std::optional<planner::Chain>& measured_chain() const;
   /// Every plan made so far, keyed by input shape (as PlannedSequential's).
   const std::map<std::vector<int64_t>, planner::Plan>& plans_by_shape() const;
   /// The stages, in order.

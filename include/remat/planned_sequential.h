@@ -82,12 +82,17 @@ class PlannedSequentialImpl
   /// "remat::PlannedSequential(stages=4, plan=R0 R1 R2 R3 B3 B2 B1 B0)".
   void pretty_print(std::ostream& stream) const override;
 
-  /// The plan executed (replaced under ShapePolicy::kReplan).
   /// The chain plan() was solved on (as PlannedChain::chain()).
   const std::optional<planner::Chain>& chain() const {
     return options.chain();
   }
+  /// The plan in force (replaced under ShapePolicy::kReplan and by
+  /// self-correction: PlannedChainOptions::self_correct).
   const planner::Plan& plan() const;
+  /// As PlannedChain::corrections().
+  const std::vector<PlanCorrection>& corrections() const;
+  /// As PlannedChain::measured_chain().
+  const std::optional<planner::Chain>& measured_chain() const;
   /// Every plan made so far, keyed by the input shape it was made for: the
   /// constructor's plan under options.input_shape (when set), and one per
   /// shape re-planned under ShapePolicy::kReplan. An input of a shape seen

@@ -63,8 +63,10 @@
 #include "checkpoint/recompute_context.h"
 #include "compat/compat.h"
 #include "remat/checkpoint.h"
+#include "remat/measure/timer.h"
 #include "remat/planner/graph.h"
 #include "remat/planner/simulate.h"
+#include "self_correct.h"
 
 namespace remat::detail {
 namespace {
@@ -75,6 +77,7 @@ using planner::OpKind;
 struct StageRecord {
   std::vector<torch::Tensor> leaves;  // one per distinct input value
   torch::Tensor output;               // x_{i+1}, carrying the stage's graph
+  bool full = false;                  // kForwardRecord (not selective)
 };
 
 /// The part of a planned execution that runs in the backward pass.
@@ -90,9 +93,13 @@ class BackwardPhase {
 class PlanExecution : public BackwardPhase {
  public:
   PlanExecution(
-      std::shared_ptr<const PlanProgram> program, const torch::Tensor& input)
+      std::shared_ptr<const PlanProgram> program,
+      const torch::Tensor& input,
+      std::shared_ptr<StageTimes> times)
       : program_(std::move(program)),
-        input_requires_grad_(input.requires_grad()) {
+        input_requires_grad_(input.requires_grad()),
+        device_(input.device()),
+        times_(std::move(times)) {
     const int64_t n = program_->structure.size();
     values_.resize(n + 1);
     grads_.resize(n + 1);
@@ -119,11 +126,35 @@ class PlanExecution : public BackwardPhase {
     while (next_op_ < program_->plan.ops.size()) {
       run_op(next_op_++);
     }
+    if (times_) {
+      times_->step_done();
+    }
     return std::move(grads_[0]);
   }
 
  private:
+  /// Runs op k, timed when self-correction collects times.
   void run_op(size_t k) {
+    if (!times_) {
+      execute_op(k);
+      return;
+    }
+    const planner::Op& op = program_->plan.ops[k];
+    const bool after_full_record =
+        op.kind == OpKind::kBackward && records_[op.stage].full;
+    measure::synchronize(device_);
+    const measure::Timer timer;
+    execute_op(k);
+    measure::synchronize(device_);
+    const double ms = timer.elapsed_ms();
+    if (op.kind != OpKind::kBackward) {
+      times_->add_forward(op.stage, ms);
+    } else if (after_full_record) {
+      times_->add_backward(op.stage, ms);
+    }
+  }
+
+  void execute_op(size_t k) {
     const planner::Op& op = program_->plan.ops[k];
     const int64_t i = op.stage;
     if (op.kind == OpKind::kBackward) {
@@ -149,6 +180,7 @@ class PlanExecution : public BackwardPhase {
           record.leaves.push_back(std::move(leaf));
         }
         record.output = forward_stage(i, record.leaves, op.kind);
+        record.full = op.kind == OpKind::kForwardRecord;
         values_[i + 1] = record.output.detach();
         records_[i] = std::move(record);
       }
@@ -219,6 +251,8 @@ class PlanExecution : public BackwardPhase {
 
   const std::shared_ptr<const PlanProgram> program_;
   const bool input_requires_grad_;
+  const c10::Device device_;
+  const std::shared_ptr<StageTimes> times_;  // null: not timed
   size_t next_op_ = 0;
   std::vector<torch::Tensor> values_;  // x_v while held, else undefined
   std::vector<torch::Tensor> grads_;   // g_v while held
@@ -400,8 +434,10 @@ std::shared_ptr<const PlanProgram> make_program(
 torch::Tensor run_program(
     std::shared_ptr<const PlanProgram> program,
     const torch::Tensor& input,
-    const char* who) {
-  auto execution = std::make_shared<PlanExecution>(std::move(program), input);
+    const char* who,
+    std::shared_ptr<StageTimes> times) {
+  auto execution = std::make_shared<PlanExecution>(
+      std::move(program), input, std::move(times));
   torch::Tensor inner_output = execution->run_forward_phase();
   TORCH_CHECK(
       inner_output.is_floating_point() || inner_output.is_complex(),
@@ -423,7 +459,8 @@ torch::Tensor run_plan(
     std::shared_ptr<const std::vector<Stage>> stages,
     const planner::Plan& plan,
     const torch::Tensor& input,
-    const Policy& selective_policy) {
+    const Policy& selective_policy,
+    std::shared_ptr<StageTimes> times) {
   std::vector<StageCall> calls;
   for (const Stage& stage : *stages) {
     calls.push_back(call_of(stage));
@@ -433,7 +470,8 @@ torch::Tensor run_plan(
       make_program(
           std::move(calls), chain_structure(count), plan, selective_policy),
       input,
-      "remat::PlannedChain");
+      "remat::PlannedChain",
+      std::move(times));
 }
 
 void check_stages(const char* who, const std::vector<Stage>& stages) {

@@ -17,6 +17,8 @@
 
 namespace remat::detail {
 
+class StageTimes;  // self_correct.h
+
 /// A chain of `stages` stages with unit costs: simulate() on it checks a
 /// plan's structure (stage range, order, completeness) for that many stages.
 planner::Chain unit_chain(int64_t stages);
@@ -87,12 +89,15 @@ std::shared_ptr<const PlanProgram> make_program(
 /// backward) on `input` (the graph input x_0) and returns the last stage's
 /// output, whose grad_fn (named `who` + "Backward", with `input`'s edges)
 /// runs the rest of the plan in one step (NOTE: [Plan execution]).
+/// With `times`, every op is timed into it (the device synchronized around
+/// each) and step_done() is called when the backward phase ends.
 /// REQUIRES: grad mode on. Throws c10::Error, naming `who`, unless the
 /// output is floating point or complex.
 torch::Tensor run_program(
     std::shared_ptr<const PlanProgram> program,
     const torch::Tensor& input,
-    const char* who);
+    const char* who,
+    std::shared_ptr<StageTimes> times = nullptr);
 
 /// The structure of a chain of `stages` stages, as a graph with unit costs.
 planner::Graph chain_structure(int64_t stages);
@@ -100,14 +105,16 @@ planner::Graph chain_structure(int64_t stages);
 /// Runs the forward phase of `plan` (every op before the first backward) over
 /// `stages` on `input` and returns the chain output. Its grad_fn runs the rest
 /// of the plan (and keeps `stages` alive until then); kForwardSelective ops
-/// run under `selective_policy`. REQUIRES: grad mode on; `plan` valid for
-/// stages->size() stages, and `selective_policy` non-empty if it has
-/// kForwardSelective ops (checked by the caller).
+/// run under `selective_policy`; with `times`, timed as run_program.
+/// REQUIRES: grad mode on; `plan` valid for stages->size() stages, and
+/// `selective_policy` non-empty if it has kForwardSelective ops (checked by
+/// the caller).
 torch::Tensor run_plan(
     std::shared_ptr<const std::vector<Stage>> stages,
     const planner::Plan& plan,
     const torch::Tensor& input,
-    const Policy& selective_policy = {});
+    const Policy& selective_policy = {},
+    std::shared_ptr<StageTimes> times = nullptr);
 
 /// Throws c10::Error, naming `who`, if `stages` is empty or a stage has no
 /// forward.

@@ -7,6 +7,7 @@
 // remat/planned_chain.h and docs/planned_execution.md.
 #include "remat/planned_chain.h"
 
+#include <cmath>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -29,7 +30,110 @@ std::string shape_string(c10::IntArrayRef shape) {
   return out.str();
 }
 
+/// The chain self-correction measures against for `input`: options.chain
+/// when it is the chain of this input's shape, else a profile of it.
+planner::Chain correction_chain(
+    const PlannedRun& run,
+    const PlannedChainOptions& options,
+    const torch::Tensor& input) {
+  const bool given_fits =
+      options.chain() &&
+      (options.input_shape().empty()
+           ? !run.correction.has_value()
+           : c10::IntArrayRef(options.input_shape()) == input.sizes());
+  planner::Chain chain = [&] {
+    if (given_fits) {
+      return *options.chain();
+    }
+    ProfileOptions profile = options.profile();
+    profile.selective_policy(options.selective_policy());
+    return profile_chain(*run.stages, input, profile);
+  }();
+  if (options.selective_policy()) {
+    return chain;
+  }
+  // Without a policy a plan cannot run a stage selectively.
+  std::vector<planner::StageCost> stages = chain.stages();
+  for (auto& stage : stages) {
+    stage.selective.reset();
+  }
+  return planner::Chain(
+      std::move(stages),
+      chain.input_bytes(),
+      chain.resident_bytes(),
+      chain.model_state());
+}
+
+/// Self-correction before a training forward (remat/planned_chain.h): after
+/// a full window of measured steps, switches to a faster plan if there is
+/// one; returns where this step's times go.
+std::shared_ptr<StageTimes> self_correct(
+    PlannedRun& run, PlannedChainOptions& options, const torch::Tensor& input) {
+  const std::vector<int64_t> shape = input.sizes().vec();
+  if (!run.correction || run.correction->shape != shape) {
+    planner::Chain chain = correction_chain(run, options, input);
+    const int64_t budget_bytes =
+        options.budget() ? options.budget()->resolve_bytes(chain)
+                         : planner::simulate(chain, run.plan).peak_bytes;
+    std::vector<PlanCorrection> log;
+    if (run.correction) {
+      log = std::move(run.correction->log);
+    }
+    const int64_t stages = chain.size();
+    run.correction = Correction{
+        shape,
+        std::move(chain),
+        budget_bytes,
+        std::make_shared<StageTimes>(stages),
+        0,
+        std::nullopt,
+        std::move(log)};
+  }
+  Correction& correction = *run.correction;
+  if (correction.times->steps() >= options.correction_steps()) {
+    planner::Chain measured = correction.times->apply_to(correction.chain);
+    double from_ms = 0;
+    double to_ms = 0;
+    std::optional<planner::Plan> next = corrected_plan(
+        measured,
+        run.plan,
+        correction.budget_bytes,
+        options.correction_threshold(),
+        options.solver(),
+        from_ms,
+        to_ms);
+    if (next) {
+      correction.log.push_back(PlanCorrection{
+          correction.steps_under_plan,
+          run.plan,
+          *next,
+          from_ms,
+          to_ms,
+          measured});
+      run.plan = *next;
+      if (!options.input_shape().empty()) {
+        run.plans_by_shape[options.input_shape()] = run.plan;
+      }
+      correction.steps_under_plan = 0;
+    }
+    correction.measured = std::move(measured);
+    correction.times->clear();
+  }
+  ++correction.steps_under_plan;
+  return correction.times;
+}
+
 }  // namespace
+
+const std::vector<PlanCorrection>& corrections_of(const PlannedRun& run) {
+  static const std::vector<PlanCorrection> kNone;
+  return run.correction ? run.correction->log : kNone;
+}
+
+const std::optional<planner::Chain>& measured_chain_of(const PlannedRun& run) {
+  static const std::optional<planner::Chain> kNone;
+  return run.correction ? run.correction->measured : kNone;
+}
 
 std::string plan_summary(const planner::Plan& plan) {
   std::string text = plan.to_string();
@@ -66,6 +170,17 @@ void check_planned_run(
         ") but options.selective_policy is empty; pass the policy the "
         "chain was profiled with");
   }
+  TORCH_CHECK(
+      options.correction_steps() >= 1,
+      who,
+      ": expected options.correction_steps >= 1, got ",
+      options.correction_steps());
+  TORCH_CHECK(
+      std::isfinite(options.correction_threshold()) &&
+          options.correction_threshold() >= 0,
+      who,
+      ": expected options.correction_threshold finite and >= 0, got ",
+      options.correction_threshold());
   TORCH_CHECK(
       options.on_shape_change() != ShapePolicy::kReplan ||
           options.budget().has_value(),
@@ -136,7 +251,12 @@ torch::Tensor planned_forward(
   if (!c10::GradMode::is_enabled() || !needs_grad) {
     return run_stages(*run.stages, input);
   }
-  return run_plan(run.stages, run.plan, input, options.selective_policy());
+  std::shared_ptr<StageTimes> times;
+  if (options.self_correct()) {
+    times = self_correct(run, options, input);
+  }
+  return run_plan(
+      run.stages, run.plan, input, options.selective_policy(), times);
 }
 
 }  // namespace detail
@@ -178,6 +298,14 @@ void PlannedChainImpl::pretty_print(std::ostream& stream) const {
 
 const planner::Plan& PlannedChainImpl::plan() const {
   return run_->plan;
+}
+
+const std::vector<PlanCorrection>& PlannedChainImpl::corrections() const {
+  return detail::corrections_of(*run_);
+}
+
+const std::optional<planner::Chain>& PlannedChainImpl::measured_chain() const {
+  return detail::measured_chain_of(*run_);
 }
 
 const std::map<std::vector<int64_t>, planner::Plan>&

@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <torch/types.h>
 
 #include "remat/planned_chain.h"
+#include "self_correct.h"
 
 namespace remat::detail {
 
@@ -21,7 +23,16 @@ struct PlannedRun {
   std::map<std::vector<int64_t>, planner::Plan> plans_by_shape;
   /// The chain of each planned shape whose chain is known.
   std::map<std::vector<int64_t>, planner::Chain> chains_by_shape;
+  /// Self-correction's state (options.self_correct), from the first
+  /// training forward on.
+  std::optional<Correction> correction;
 };
+
+/// The switches of `run`'s self-correction (empty without one).
+const std::vector<PlanCorrection>& corrections_of(const PlannedRun& run);
+
+/// The last measured window's chain of `run` (nullopt without one).
+const std::optional<planner::Chain>& measured_chain_of(const PlannedRun& run);
 
 /// "ops=8, plan=R0 R1 ..." (the plan's text cut at 60 characters).
 std::string plan_summary(const planner::Plan& plan);
@@ -35,7 +46,9 @@ void check_planned_run(
 /// The forward of a planned chain: applies the shape policy (which may
 /// re-plan, updating `run` and options.input_shape), then runs the plan
 /// when training needs gradients (grad mode on and the input or one of
-/// `parameters` requiring grad), else the stages plainly.
+/// `parameters` requiring grad), else the stages plainly. With
+/// options.self_correct a training forward first applies self-correction
+/// (remat/planned_chain.h), which may replace run.plan, and times the run.
 torch::Tensor planned_forward(
     const char* who,
     PlannedRun& run,

@@ -63,6 +63,15 @@ const planner::Plan& PlannedSequentialImpl::plan() const {
   return run_->plan;
 }
 
+const std::vector<PlanCorrection>& PlannedSequentialImpl::corrections() const {
+  return detail::corrections_of(*run_);
+}
+
+const std::optional<planner::Chain>& PlannedSequentialImpl::measured_chain()
+    const {
+  return detail::measured_chain_of(*run_);
+}
+
 const std::map<std::vector<int64_t>, planner::Plan>&
 PlannedSequentialImpl::plans_by_shape() const {
   return run_->plans_by_shape;
