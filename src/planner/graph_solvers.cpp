@@ -21,8 +21,11 @@
 // (ties: the faster), until the plan fits the budget or a pass changes nothing;
 // then it passes over them, slowest forwards first, giving each the fastest way
 // that still fits, until a pass changes nothing. The best plan of all starts is
-// the answer. Each pass simulates every way of every stage once. Every plan is
-// costed by simulate(): one definition of peak and time.
+// the incumbent of the exact branch and bound (NOTE: [Exact graph search] in
+// graph_exact.cpp), which answers with the best plan of the class when it
+// finishes within kMaxExactGraphWork and with the best it found otherwise.
+// Each pass simulates every way of every stage once. Every plan is costed by
+// simulate(): one definition of peak and time.
 #include "remat/planner/solvers.h"
 
 #include <algorithm>
@@ -33,10 +36,46 @@
 #include <utility>
 #include <vector>
 
+#include "graph_search.h"
 #include "remat/planner/simulate.h"
 
 namespace remat::planner {
+
+namespace detail {
+
+std::vector<StageMode> ways_of(const Graph& graph, int64_t i) {
+  std::vector<StageMode> ways{StageMode::kRecord};
+  if (graph.stage(i).selective) {
+    ways.push_back(StageMode::kSelective);
+  }
+  if (i < graph.size() - 1) {
+    ways.push_back(StageMode::kCheckpoint);
+    ways.push_back(StageMode::kRecompute);
+  }
+  return ways;
+}
+
+void evaluate(const Graph& graph, Candidate& candidate) {
+  const Simulation simulation =
+      simulate(graph, schedule_graph(graph, candidate.modes));
+  if (!simulation.valid) {
+    throw std::logic_error(
+        "remat::planner: schedule_graph built an invalid plan: " +
+        simulation.error);
+  }
+  candidate.peak_bytes = simulation.peak_bytes;
+  candidate.time_ms = simulation.time_ms;
+}
+
+}  // namespace detail
+
 namespace {
+using detail::Candidate;
+using detail::evaluate;
+using detail::faster;
+using detail::Goal;
+using detail::smaller;
+using detail::ways_of;
 
 /// Builds the plan of NOTE: [Graph plans] for a mode assignment.
 class ScheduleBuilder {
@@ -113,68 +152,6 @@ class ScheduleBuilder {
   std::vector<char> recorded_;
   std::vector<int64_t> readers_recorded_;
   Plan plan_;
-};
-
-/// A mode assignment with its simulated cost.
-struct Candidate {
-  std::vector<StageMode> modes;
-  int64_t peak_bytes = std::numeric_limits<int64_t>::max();
-  double time_ms = std::numeric_limits<double>::infinity();
-};
-
-/// The ways stage i may run (NOTE: [Graph plans]).
-std::vector<StageMode> ways_of(const Graph& graph, int64_t i) {
-  std::vector<StageMode> ways{StageMode::kRecord};
-  if (graph.stage(i).selective) {
-    ways.push_back(StageMode::kSelective);
-  }
-  if (i < graph.size() - 1) {
-    ways.push_back(StageMode::kCheckpoint);
-    ways.push_back(StageMode::kRecompute);
-  }
-  return ways;
-}
-
-void evaluate(const Graph& graph, Candidate& candidate) {
-  const Simulation simulation =
-      simulate(graph, schedule_graph(graph, candidate.modes));
-  if (!simulation.valid) {
-    throw std::logic_error(
-        "remat::planner: schedule_graph built an invalid plan: " +
-        simulation.error);
-  }
-  candidate.peak_bytes = simulation.peak_bytes;
-  candidate.time_ms = simulation.time_ms;
-}
-
-// Lexicographic preferences of the two searches.
-bool faster(const Candidate& a, const Candidate& b) {
-  return a.time_ms < b.time_ms ||
-         (a.time_ms == b.time_ms && a.peak_bytes < b.peak_bytes);
-}
-bool smaller(const Candidate& a, const Candidate& b) {
-  return a.peak_bytes < b.peak_bytes ||
-         (a.peak_bytes == b.peak_bytes && a.time_ms < b.time_ms);
-}
-
-/// What a search is asked: the fastest plan within budget_bytes, or (with
-/// min_memory) the plan of least peak.
-struct Goal {
-  int64_t budget_bytes = 0;
-  bool min_memory = false;
-
-  bool fits(const Candidate& c) const {
-    return min_memory || c.peak_bytes <= budget_bytes;
-  }
-  bool better(const Candidate& a, const Candidate& b) const {
-    if (min_memory) {
-      return smaller(a, b);
-    }
-    if (fits(a) != fits(b)) {
-      return fits(a);
-    }
-    return fits(a) ? faster(a, b) : smaller(a, b);
-  }
 };
 
 int64_t combinations(const Graph& graph) {
@@ -334,9 +311,12 @@ Candidate search_local(const Graph& graph, const Goal& goal) {
 }
 
 Candidate search(const Graph& graph, const Goal& goal) {
-  return combinations(graph) <= kMaxExhaustiveGraphPlans
-             ? search_exhaustive(graph, goal)
-             : search_local(graph, goal);
+  if (combinations(graph) <= kMaxExhaustiveGraphPlans) {
+    return search_exhaustive(graph, goal);
+  }
+  Candidate best = search_local(graph, goal);
+  detail::search_exact(graph, goal, best, kMaxExactGraphWork);
+  return best;
 }
 
 }  // namespace

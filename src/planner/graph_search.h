@@ -1,0 +1,67 @@
+// What the graph searches share (graph_solvers.cpp, graph_exact.cpp): a mode
+// assignment with its simulated cost, what a search is asked, and the ways
+// each stage may run. See NOTE: [Graph plans] in graph_solvers.cpp.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "remat/planner/graph.h"
+#include "remat/planner/solvers.h"
+
+namespace remat::planner::detail {
+
+/// A mode assignment with its simulated cost.
+struct Candidate {
+  std::vector<StageMode> modes;
+  int64_t peak_bytes = std::numeric_limits<int64_t>::max();
+  double time_ms = std::numeric_limits<double>::infinity();
+};
+
+/// Sets candidate's peak and time from simulate(schedule_graph(...)).
+void evaluate(const Graph& graph, Candidate& candidate);
+
+// Lexicographic preferences of the searches.
+inline bool faster(const Candidate& a, const Candidate& b) {
+  return a.time_ms < b.time_ms ||
+         (a.time_ms == b.time_ms && a.peak_bytes < b.peak_bytes);
+}
+inline bool smaller(const Candidate& a, const Candidate& b) {
+  return a.peak_bytes < b.peak_bytes ||
+         (a.peak_bytes == b.peak_bytes && a.time_ms < b.time_ms);
+}
+
+/// What a search is asked: the fastest plan within budget_bytes, or (with
+/// min_memory) the plan of least peak.
+struct Goal {
+  int64_t budget_bytes = 0;
+  bool min_memory = false;
+
+  bool fits(const Candidate& c) const {
+    return min_memory || c.peak_bytes <= budget_bytes;
+  }
+  bool better(const Candidate& a, const Candidate& b) const {
+    if (min_memory) {
+      return smaller(a, b);
+    }
+    if (fits(a) != fits(b)) {
+      return fits(a);
+    }
+    return fits(a) ? faster(a, b) : smaller(a, b);
+  }
+};
+
+/// The ways stage i may run: kRecord, kSelective (with a selective cost),
+/// and, for every stage but the last, kCheckpoint and kRecompute.
+std::vector<StageMode> ways_of(const Graph& graph, int64_t i);
+
+/// The branch-and-bound search of NOTE: [Exact graph search]: improves
+/// `best` (a valid candidate, or one with no modes) to the best plan of the
+/// class for `goal`. Returns false if it gave up after `work_limit` (search
+/// nodes, each weighted by its depth), leaving in `best` the best plan found
+/// so far.
+bool search_exact(
+    const Graph& graph, const Goal& goal, Candidate& best, int64_t work_limit);
+
+}  // namespace remat::planner::detail
