@@ -22,7 +22,12 @@
 //     its output and of every value a later stage reads, plus what the
 //     backward op itself produces (the gradients of its inputs, its
 //     transient). What the plan recomputes for other stages only adds to
-//     both; so each is a lower bound of the plan's peak.
+//     both; so each is a lower bound of the plan's peak. Two more: a stage
+//     recorded again needs its inputs, and the output of the stage before it
+//     has no other reader that could hold it, so a run of kRecompute stages
+//     before it (each reading the one before) holds full records during its
+//     backward; and every later op holds, besides x_0 and what stages 0..i
+//     keep, at least the least its stage needs in any of its ways.
 //
 // The search starts from the local search's answer (an incumbent to beat),
 // tries each stage's fastest ways first (for the least memory, its smallest
@@ -55,11 +60,14 @@ class ExactSearch {
         readers_(static_cast<size_t>(n_ + 1)),
         gradients_(static_cast<size_t>(n_), 0),
         suffix_time_(static_cast<size_t>(n_ + 1), 0),
+        later_(static_cast<size_t>(n_ + 1), 0),
+        reads_previous_(static_cast<size_t>(n_), 0),
         modes_(static_cast<size_t>(n_), StageMode::kRecord) {
     for (int64_t i = 0; i < n_; ++i) {
       for (int64_t v : graph.input_values(i)) {
         last_reader_[v] = i;  // stages ascend: the last one wins
         readers_[v].push_back(i);
+        reads_previous_[i] |= v == i ? 1 : 0;
       }
     }
     // The gradients held at the backward of stage i whatever the modes: the
@@ -72,6 +80,33 @@ class ExactSearch {
         }
       }
       gradients_[i] = bytes;
+    }
+    // The least each later op needs on top of x_0 and what earlier stages
+    // hold (see later_).
+    for (int64_t i = n_ - 1; i >= 0; --i) {
+      const StageCost& cost = graph.stage(i);
+      int64_t forward = std::numeric_limits<int64_t>::max();
+      int64_t backward = std::numeric_limits<int64_t>::max();
+      int64_t input_gradients = 0;
+      for (int64_t v : graph.input_values(i)) {
+        input_gradients += graph.value_bytes(v);
+      }
+      for (StageMode way : ways_of(graph, i)) {
+        const bool selective = way == StageMode::kSelective;
+        int64_t op = cost.output_bytes + cost.forward_extra();
+        if (way == StageMode::kRecord) {
+          op = cost.saved_bytes + cost.record_extra();
+        } else if (selective) {
+          op = cost.selective->saved_bytes + cost.selective_forward_extra();
+        }
+        forward = std::min(forward, op);
+        backward = std::min(
+            backward,
+            (selective ? cost.selective->saved_bytes : cost.saved_bytes) +
+                cost.backward_extra(selective));
+      }
+      backward += gradients_[i] + input_gradients;
+      later_[i] = std::max({later_[i + 1], forward, backward});
     }
     for (int64_t i = n_ - 1; i >= 0; --i) {
       double fastest = std::numeric_limits<double>::infinity();
@@ -91,7 +126,7 @@ class ExactSearch {
   }
 
   bool run() {
-    visit(0, 0.0, 0);
+    visit(0, 0.0, 0, 0);
     return work_ <= work_limit_;
   }
 
@@ -171,10 +206,23 @@ class ExactSearch {
   // Lower bound of the peak of the backward of stage i run in `way`.
   int64_t backward_bound(int64_t i, StageMode way) const {
     const std::vector<int64_t>& inputs = graph_.input_values(i);
+    // A stage recorded again needs its inputs; the output of the stage
+    // before it, if kRecompute, has no reader before it that could hold it,
+    // so that stage is recorded too (now or earlier), and so on back along
+    // the chain: stages run_begin..i-1 hold their full records.
+    int64_t run_begin = i;
+    if (!recorded(way)) {
+      while (run_begin > 0 && modes_[run_begin - 1] == StageMode::kRecompute &&
+             reads_previous_[run_begin]) {
+        --run_begin;
+      }
+    }
     int64_t bytes = graph_.input_bytes() + gradients_[i];
     for (int64_t j = 0; j < i; ++j) {
       const int64_t v = j + 1;
-      if (modes_[j] != StageMode::kRecompute) {
+      if (j >= run_begin) {
+        bytes += graph_.stage(j).saved_bytes;
+      } else if (modes_[j] != StageMode::kRecompute) {
         bytes += held_of(j, modes_[j]);
       } else if (
           std::binary_search(inputs.begin(), inputs.end(), v) ||
@@ -202,7 +250,9 @@ class ExactSearch {
     return goal_.fits(best_) && time_bound >= best_.time_ms;
   }
 
-  void visit(int64_t i, double time, int64_t peak_bound) {
+  // Visits the assignments of stages i..L-1 after those of 0..i-1, which
+  // take `time` and leave `held` bytes (held_of) for every later op.
+  void visit(int64_t i, double time, int64_t peak_bound, int64_t held) {
     work_ += i + 1;  // the bounds below cost about one step per stage
     if (work_ > work_limit_) {
       return;
@@ -220,10 +270,14 @@ class ExactSearch {
     for (StageMode way : ways_[i]) {
       modes_[i] = way;
       const double time_bound = time + time_of(i, way) + suffix_time_[i + 1];
-      const int64_t bound =
-          std::max({peak_bound, forward_bound(i, way), backward_bound(i, way)});
+      const int64_t now_held = held + held_of(i, way);
+      const int64_t bound = std::max(
+          {peak_bound,
+           forward_bound(i, way),
+           backward_bound(i, way),
+           graph_.input_bytes() + now_held + later_[i + 1]});
       if (!beaten(bound, time_bound)) {
-        visit(i + 1, time + time_of(i, way), bound);
+        visit(i + 1, time + time_of(i, way), bound, now_held);
       }
       if (work_ > work_limit_) {
         return;
@@ -241,7 +295,13 @@ class ExactSearch {
   std::vector<std::vector<int64_t>> readers_;  // by value, ascending
   std::vector<int64_t> gradients_;             // by stage (see constructor)
   std::vector<double> suffix_time_;            // fastest time of stages i..L-1
-  std::vector<std::vector<StageMode>> ways_;   // by stage, in search order
+  // The most that any op of stages i..L-1 needs, at the least, besides x_0
+  // and the bytes earlier stages hold (held_of): its output or record and
+  // transient; for a backward, its record, transient and the gradients it
+  // holds and produces.
+  std::vector<int64_t> later_;
+  std::vector<char> reads_previous_;          // stage i reads x_i
+  std::vector<std::vector<StageMode>> ways_;  // by stage, in search order
   std::vector<StageMode> modes_;
   int64_t work_ = 0;
 };
