@@ -160,7 +160,7 @@ inline constexpr int64_t kMaxExhaustiveGraphPlans = 6561;  // 3^8
 
 /// The work (search nodes, each weighted by its depth) after which the exact
 /// graph search gives up and the graph solvers keep the best plan found
-/// (docs/planner.md, "Graphs"); about 30 ms on one core here.
+/// (docs/planner.md, "Graphs"); 30–50 ms of one core here.
 inline constexpr int64_t kMaxExactGraphWork = 1000000;
 
 /// Records every stage, then runs every backward.
