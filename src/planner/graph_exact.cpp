@@ -163,8 +163,8 @@ class ExactSearch {
     return way == StageMode::kRecord || way == StageMode::kSelective;
   }
 
-  // Whether a recorded stage among `readers` with index in (after, before)
-  // holds the value (stages in that range are assigned).
+  // Whether a stage among `readers` (the readers of one value, ascending)
+  // with index below `before` is recorded (those stages are assigned).
   bool held_by_record(
       const std::vector<int64_t>& readers, int64_t before) const {
     for (int64_t r : readers) {
