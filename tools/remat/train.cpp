@@ -198,7 +198,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
           correction_window_text() +
           " and switches, between steps, to a plan predicted more than " +
           correction_threshold_text() +
-          " faster (not in data-parallel runs, which keep rank 0's plan)");
+          " faster; the run prints the profiled against the measured time of "
+          "every stage after the first window, and every re-plan (not in "
+          "data-parallel runs, which keep rank 0's plan)");
   command
       ->add_option(
           "--baseline-steps",
