@@ -163,6 +163,9 @@ using GraphPlanCorrection = BasicPlanCorrection<planner::Graph>;
 ///   auto graph = remat::profile_graph(stages, sample);
 ///   remat::PlannedGraph net(stages, remat::plan_within(graph, remat::Budget::parse("50%")));
 ///   loss(net->forward(x)).backward();
+///   // The same plan, re-solved on measured stage times while training:
+///   remat::PlannedGraph tuned(stages, net->plan(), remat::PlannedGraphOptions()
+///       .graph(graph).budget(remat::Budget::parse("50%")).self_correct(true));
 // clang-format on
 class PlannedGraphImpl : public torch::nn::Module {
  public:
