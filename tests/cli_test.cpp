@@ -315,6 +315,7 @@ TEST(RunCli, HelpOfEverySubcommandShowsDefaultsAndExitsZero) {
         "--threads",
         "--mode",
         "--no-baseline",
+        "--fixed-plan",
         "--data",
         "--model"}) {
     EXPECT_NE(train.out.find(option), std::string::npos)
@@ -414,6 +415,86 @@ TEST(RematBinary, TrainMeasuresItsPredictionToTheByte) {
   ASSERT_EQ(text.exit_code, 0) << describe(text);
   EXPECT_EQ(text.out.find("EXCEEDED"), std::string::npos) << text.out;
   EXPECT_EQ(text.err.find("exceeded"), std::string::npos) << text.err;
+}
+
+// An optimal plan corrects itself in `remat train` unless --fixed-plan is
+// given: after its first window (3 steps) the run prints the profiled
+// against the measured time of every stage, and the JSON report carries
+// them, every re-plan and, as the predicted peak, the highest of the plans
+// that ran, so the peak is measured as predicted whatever plan is in force.
+// (Whether a re-plan happens depends on this machine's times: not asserted.)
+TEST(RematBinary, TrainCorrectsAnOptimalPlanUnlessItIsFixed) {
+  const std::string run =
+      "train " + kTinyMlp + " --steps 5 --baseline-steps 2 --budget 60%";
+  ProcessResult result = run_remat(run + " --json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  auto report = nlohmann::json::parse(result.out);
+  EXPECT_TRUE(report["self_correct"].get<bool>()) << result.out;
+  ASSERT_TRUE(report.contains("stage_times")) << result.out;
+  EXPECT_EQ(report["stage_times"].size(), 8u) << "6 layers, head, loss";
+  for (const auto& stage : report["stage_times"]) {
+    for (const char* key :
+         {"profiled_forward_ms",
+          "measured_forward_ms",
+          "profiled_backward_ms",
+          "measured_backward_ms"}) {
+      EXPECT_TRUE(stage[key].is_number()) << stage.dump();
+    }
+  }
+  for (const auto& correction : report["corrections"]) {
+    EXPECT_LE(
+        correction["to_peak_bytes"].get<int64_t>(),
+        report["budget_bytes"].get<int64_t>())
+        << correction.dump();
+    EXPECT_LT(
+        correction["to_ms"].get<double>(), correction["from_ms"].get<double>());
+  }
+  EXPECT_EQ(
+      report["peak_bytes"].get<int64_t>(),
+      report["predicted_peak_bytes"].get<int64_t>());
+  EXPECT_EQ(report["over_budget_steps"], 0);
+  EXPECT_EQ(report["baseline"]["max_loss_difference"].get<double>(), 0.0);
+
+  result = run_remat(run + " --json --fixed-plan");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  report = nlohmann::json::parse(result.out);
+  EXPECT_FALSE(report["self_correct"].get<bool>());
+  EXPECT_FALSE(report.contains("corrections")) << result.out;
+  EXPECT_EQ(
+      report["peak_bytes"].get<int64_t>(),
+      report["predicted_peak_bytes"].get<int64_t>());
+
+  result = run_remat(run);
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  for (const std::string line :
+       {"measured  stage times of the first 3 steps (medians), profiled -> "
+        "measured, ms:",
+        "          stage  forward             backward",
+        "  plan            self-correcting, "}) {
+    EXPECT_NE(result.out.find(line), std::string::npos) << line << result.out;
+  }
+  result = run_remat(run + " --fixed-plan");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_EQ(result.out.find("measured  stage times"), std::string::npos)
+      << result.out;
+  EXPECT_EQ(result.out.find("self-correcting"), std::string::npos)
+      << result.out;
+
+  // Only an optimal plan corrects itself; a graph's does too.
+  result = run_remat(
+      "train " + kTinyMlp + " --steps 5 --no-baseline --strategy sqrt --json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_FALSE(nlohmann::json::parse(result.out)["self_correct"].get<bool>());
+  result = run_remat(
+      "train --model unet2d --levels 2 --hidden 4 --image 32 --batch 4 "
+      "--threads 1 --steps 5 --no-baseline --budget 70% --json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  report = nlohmann::json::parse(result.out);
+  EXPECT_TRUE(report["self_correct"].get<bool>()) << result.out;
+  EXPECT_FALSE(report["stage_times"].empty()) << result.out;
+  EXPECT_LE(
+      report["peak_bytes"].get<int64_t>(),
+      report["predicted_peak_bytes"].get<int64_t>());
 }
 
 TEST(RematBinary, TrainOnTinyModelsReportsJsonWithinBudget) {

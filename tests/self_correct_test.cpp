@@ -1,9 +1,12 @@
 // self_correct_test.cpp: self-correcting plans (PlannedChainOptions::
-// self_correct): the switch decided on fixed costs (detail::corrected_plan,
-// StageTimes), and a chain whose stage turns slow after profiling: the plan
+// self_correct and PlannedGraphOptions::self_correct): the switch decided on
+// fixed costs (detail::corrected_plan, StageTimes), and a chain and a graph
+// with a skip connection whose stage turns slow after profiling: the plan
 // changes, gradients stay bitwise those of the plain run, the measured peak
 // within the budget.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -141,8 +144,12 @@ struct Step {
   int64_t peak_bytes = 0;  // activations + input, as simulate()
 };
 
+/// One training step of `forward` on `input` (seed 3), with the gradients
+/// of the parameters of `stages` (Stage or GraphStage; each with its own
+/// module).
+template <class StageT>
 Step step_of(
-    const std::vector<remat::Stage>& stages,
+    const std::vector<StageT>& stages,
     const torch::Tensor& input,
     const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
   std::vector<torch::Tensor> parameters;
@@ -325,6 +332,230 @@ TEST(SelfCorrection, ProfilesOnTheFirstTrainingInputWithoutAChain) {
   ASSERT_TRUE(net->measured_chain().has_value());
   EXPECT_EQ(net->measured_chain()->size(), 4);
   EXPECT_EQ(net->measured_chain()->input_bytes(), chain.input_bytes());
+}
+
+// ---- Graphs ---------------------------------------------------------------
+
+/// Seven stages of `width` units; stage 5 adds stage 1's output (a skip
+/// connection); stage `slow_stage` sleeps while `*slow` is set and counts its
+/// forwards in `*calls` (if given); stage 3 has dropout.
+std::vector<remat::GraphStage> skip_graph(
+    int64_t width,
+    std::shared_ptr<bool> slow,
+    int64_t slow_stage,
+    std::shared_ptr<int64_t> calls = nullptr) {
+  std::vector<remat::GraphStage> stages;
+  const std::vector<std::vector<int>> inputs = {
+      {remat::kGraphInput}, {0}, {1}, {2}, {3}, {4, 1}, {5}};
+  for (int64_t i = 0; i < static_cast<int64_t>(inputs.size()); ++i) {
+    const remat::Stage block =
+        stage_of(width, i == slow_stage ? slow : nullptr, i == 3);
+    stages.push_back(
+        {[forward = block.forward, calls = i == slow_stage ? calls : nullptr](
+             const std::vector<torch::Tensor>& in) {
+           if (calls) {
+             ++*calls;
+           }
+           return forward(in.size() == 1 ? in[0] : in[0] + in[1]);
+         },
+         block.module,
+         inputs[static_cast<size_t>(i)]});
+  }
+  return stages;
+}
+
+/// `graph` with every stage's forward `forward_ms` and backward 2 ms, and
+/// stage `slow` (if >= 0) forward `slow_ms`.
+planner::Graph with_times(
+    const planner::Graph& graph,
+    double forward_ms,
+    int64_t slow = -1,
+    double slow_ms = 0) {
+  std::vector<planner::StageCost> costs = graph.stages();
+  for (int64_t i = 0; i < graph.size(); ++i) {
+    costs[i].forward_ms = i == slow ? slow_ms : forward_ms;
+    costs[i].backward_ms = 2;
+  }
+  return remat::detail::with_stage_costs(graph, costs);
+}
+
+TEST(SelfCorrectionOnGraphs, MeasuredTimesKeepTheGraphsBytesAndInputs) {
+  const auto stages = skip_graph(16, nullptr, -1);
+  const planner::Graph graph =
+      with_times(remat::profile_graph(stages, torch::randn({4, 16})), 1);
+  remat::detail::StageTimes times(graph.size());
+  times.add_forward(2, 4);
+  times.add_backward(2, 5);
+  const planner::Graph measured = times.apply_to(graph);
+  EXPECT_EQ(measured.stage(2).forward_ms, 4);
+  EXPECT_EQ(measured.stage(2).backward_ms, 5);
+  EXPECT_EQ(measured.stage(1).forward_ms, 1);
+  for (int64_t i = 0; i < graph.size(); ++i) {
+    EXPECT_EQ(measured.inputs(i), graph.inputs(i)) << "stage " << i;
+    EXPECT_EQ(measured.stage(i).output_bytes, graph.stage(i).output_bytes);
+    EXPECT_EQ(measured.stage(i).saved_bytes, graph.stage(i).saved_bytes);
+  }
+  EXPECT_EQ(measured.input_bytes(), graph.input_bytes());
+  const int64_t budget = planner::min_feasible_budget_bytes(graph);
+  const planner::Plan plan = *planner::solve_optimal(graph, budget);
+  double from_ms = 0;
+  double to_ms = 0;
+  EXPECT_FALSE(remat::detail::corrected_plan(
+                   graph, plan, budget, 0.05, {}, from_ms, to_ms)
+                   .has_value());
+  EXPECT_EQ(from_ms, planner::simulate(graph, plan).time_ms);
+}
+
+TEST(
+    SelfCorrectionOnGraphs,
+    APlanChangesWhenAStageTurnsSlowAndKeepsItsGuarantees) {
+  torch::manual_seed(0);
+  auto slow = std::make_shared<bool>(false);
+  constexpr int64_t kSlow = 2;
+  constexpr int64_t kWidth = 64;
+  auto calls = std::make_shared<int64_t>(0);
+  const auto stages = skip_graph(kWidth, slow, kSlow, calls);
+  const torch::Tensor input = torch::randn({64, kWidth});
+  // Fixed times on the profile's bytes, as for the chain above: a budget at
+  // which the plan recomputes stage 2, and at which a plan that does not is
+  // chosen once stage 2 costs 200 ms, even if every other stage measured
+  // 40 ms.
+  const planner::Graph graph =
+      with_times(remat::profile_graph(stages, input), 1);
+  const planner::Graph slow_graph = with_times(graph, 40, kSlow, 200);
+  std::optional<int64_t> budget;
+  const int64_t minimum = planner::min_feasible_budget_bytes(graph);
+  const int64_t store_all =
+      planner::simulate(graph, planner::solve_store_all(graph)).peak_bytes;
+  for (int64_t b = minimum; b < store_all && !budget;
+       b += std::max<int64_t>(1, (store_all - minimum) / 40)) {
+    const auto plan = planner::solve_optimal(graph, b);
+    const auto slow_plan = planner::solve_optimal(slow_graph, b);
+    if (plan && slow_plan && forwards_of(*plan, kSlow) > 1 &&
+        forwards_of(*slow_plan, kSlow) == 1) {
+      budget = b;
+    }
+  }
+  ASSERT_TRUE(budget.has_value());
+  const planner::Plan initial =
+      remat::plan_within(graph, remat::Budget::bytes(*budget));
+  ASSERT_GT(forwards_of(initial, kSlow), 1) << initial.to_string();
+  remat::PlannedGraph net(
+      stages,
+      initial,
+      remat::PlannedGraphOptions()
+          .graph(graph)
+          .budget(remat::Budget::bytes(*budget))
+          .self_correct(true)
+          .correction_steps(2));
+  const auto check_step = [&](const std::string& when) {
+    const Step plain = step_of(stages, input, [&](const torch::Tensor& x) {
+      return remat::run_graph(stages, x);
+    });
+    *calls = 0;
+    const Step planned = step_of(
+        stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
+    remat::testing::expect_all_bitwise_equal(plain.grads, planned.grads, when);
+    EXPECT_LE(planned.peak_bytes, *budget) << when;
+    // The plan in force (after any switch before this step) is the one run.
+    EXPECT_EQ(*calls, forwards_of(net->plan(), kSlow)) << when;
+  };
+  check_step("before the slowdown");  // no decision before the second step
+  EXPECT_EQ(net->plan(), initial);
+  *slow = true;
+  int steps = 0;
+  while (forwards_of(net->plan(), kSlow) > 1 && steps < 10) {
+    check_step("after the slowdown, step " + std::to_string(steps));
+    ++steps;
+  }
+  std::ostringstream measured_text;
+  if (net->measured_graph()) {
+    for (const auto& stage : net->measured_graph()->stages()) {
+      measured_text << " " << stage.forward_ms;
+    }
+  }
+  ASSERT_EQ(forwards_of(net->plan(), kSlow), 1)
+      << "after " << steps << " slow steps: " << net->plan().to_string()
+      << "; measured forward ms:" << measured_text.str();
+  ASSERT_FALSE(net->corrections().empty());
+  const remat::GraphPlanCorrection& correction = net->corrections().back();
+  EXPECT_EQ(correction.to, net->plan());
+  EXPECT_LT(correction.to_ms, correction.from_ms);
+  // Decided on the profile's structure and bytes (no measured time is
+  // asserted on).
+  for (int64_t i = 0; i < graph.size(); ++i) {
+    EXPECT_EQ(correction.measured.inputs(i), graph.inputs(i));
+    EXPECT_EQ(
+        correction.measured.stage(i).output_bytes, graph.stage(i).output_bytes);
+    EXPECT_EQ(
+        correction.measured.stage(i).saved_bytes, graph.stage(i).saved_bytes);
+  }
+  EXPECT_LE(
+      planner::simulate(correction.measured, correction.to).peak_bytes,
+      *budget);
+  ASSERT_TRUE(net->measured_graph().has_value());
+  check_step("under the corrected plan");
+  EXPECT_LE(planner::simulate(graph, net->plan()).peak_bytes, *budget);
+  *slow = false;
+}
+
+TEST(SelfCorrectionOnGraphs, IsOffByDefaultAndRefusesBadOptions) {
+  const auto stages = skip_graph(16, nullptr, -1);
+  const torch::Tensor input = torch::randn({4, 16});
+  const planner::Graph graph = remat::profile_graph(stages, input);
+  const planner::Plan plan =
+      planner::solve_min_memory(graph);  // recomputes: the most to correct
+  remat::PlannedGraph net(stages, plan);
+  for (int s = 0; s < 5; ++s) {
+    net->forward(input).sum().backward();
+  }
+  EXPECT_EQ(net->plan(), plan);
+  EXPECT_TRUE(net->corrections().empty());
+  EXPECT_FALSE(net->measured_graph().has_value());
+  const auto message_of = [&](const remat::PlannedGraphOptions& options) {
+    try {
+      remat::PlannedGraph bad(stages, plan, options);
+    } catch (const c10::Error& error) {
+      return std::string(error.what_without_backtrace());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(
+      message_of(remat::PlannedGraphOptions().correction_steps(0))
+          .find("remat::PlannedGraph: expected options.correction_steps >= "
+                "1, got 0"),
+      std::string::npos);
+  EXPECT_NE(
+      message_of(remat::PlannedGraphOptions().correction_threshold(-0.5))
+          .find("correction_threshold finite and >= 0, got -0.5"),
+      std::string::npos);
+  EXPECT_NE(
+      message_of(remat::PlannedGraphOptions().correction_threshold(NAN))
+          .find("correction_threshold finite and >= 0, got nan"),
+      std::string::npos);
+}
+
+TEST(SelfCorrectionOnGraphs, ProfilesOnTheFirstTrainingInputWithoutAGraph) {
+  const auto stages = skip_graph(32, nullptr, -1);
+  const torch::Tensor input = torch::randn({8, 32});
+  const planner::Graph graph = remat::profile_graph(stages, input);
+  remat::PlannedGraph net(
+      stages,
+      planner::solve_min_memory(graph),
+      remat::PlannedGraphOptions().self_correct(true).correction_steps(1));
+  for (int s = 0; s < 3; ++s) {
+    const Step plain = step_of(stages, input, [&](const torch::Tensor& x) {
+      return remat::run_graph(stages, x);
+    });
+    const Step planned = step_of(
+        stages, input, [&](const torch::Tensor& x) { return net->forward(x); });
+    remat::testing::expect_all_bitwise_equal(
+        plain.grads, planned.grads, "step " + std::to_string(s));
+  }
+  ASSERT_TRUE(net->measured_graph().has_value());
+  EXPECT_EQ(net->measured_graph()->size(), graph.size());
+  EXPECT_EQ(net->measured_graph()->input_bytes(), graph.input_bytes());
+  EXPECT_EQ(net->measured_graph()->inputs(5), graph.inputs(5));
 }
 
 }  // namespace

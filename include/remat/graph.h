@@ -12,6 +12,21 @@
 // predicts. auto_checkpoint() does all three in one call. How graphs are
 // planned and executed: docs/graphs.md.
 //
+// Self-correction (PlannedGraphOptions::self_correct; off by default): as a
+// PlannedChain's (remat/planned_chain.h, "Self-correction"), on the graph:
+// while training, the executor times every stage's forwards and backwards;
+// after each options.correction_steps training steps the graph with those
+// times (each stage's median; the bytes and inputs stay the profile's:
+// options.graph, or, without one, a profile_graph on the first training
+// input) is solved again (planner::solve_optimal on the graph) within the
+// same budget (options.budget resolved on that graph, or else the predicted
+// peak of the plan given at construction), and the solver's plan replaces
+// the plan in force before the next step when it is predicted faster by
+// more than options.correction_threshold. A switch never raises the
+// predicted peak above that budget, and gradients are those of the plain
+// run under any plan. corrections() lists the switches. See
+// docs/planned_execution.md.
+//
 // Limits (as PlannedChain's): backward runs once per forward, and
 // torch::autograd::grad / backward(inputs=...) are refused.
 #pragma once
@@ -40,6 +55,9 @@
 namespace remat {
 namespace detail {
 struct PlanProgram;
+class StageTimes;
+template <class Costs>
+struct Correction;
 }  // namespace detail
 
 /// The index that names the graph's input in GraphStage::inputs.
@@ -104,7 +122,30 @@ struct PlannedGraphOptions {
   /// an error naming both. Empty: any shape. auto_checkpoint sets it to the
   /// sample's. Default: empty.
   TORCH_ARG(std::vector<int64_t>, input_shape) = {};
+  /// The budget self-correction re-solves, resolved on the graph it
+  /// measures against. Default: none (the predicted peak of the plan given
+  /// at construction).
+  TORCH_ARG(std::optional<Budget>, budget) = std::nullopt;
+  /// Profiling options of the profile self-correction takes when
+  /// options.graph is not set (its selective_policy is replaced by the one
+  /// above). Default: {}.
+  TORCH_ARG(ProfileOptions, profile) = {};
+  /// Solver options of self-correction's re-solves. Default: {}.
+  TORCH_ARG(planner::SolverOptions, solver) = {};
+  /// Self-correcting plan (see "Self-correction" at the top). Default: false
+  /// (the plan never changes: reproducible schedules).
+  TORCH_ARG(bool, self_correct) = false;
+  /// Training steps whose stage times are measured before each comparison
+  /// with the plan's times (>= 1). Default: 3.
+  TORCH_ARG(int64_t, correction_steps) = 3;
+  /// The switch happens only when another plan is predicted faster than the
+  /// plan in force, on the measured times, by more than this fraction of
+  /// the plan's time (>= 0). Default: 0.05.
+  TORCH_ARG(double, correction_threshold) = 0.05;
 };
+
+/// A switch of a self-correcting graph (PlannedGraphImpl::corrections()).
+using GraphPlanCorrection = BasicPlanCorrection<planner::Graph>;
 
 /// A graph of stages executed according to a plan (see the top of this
 /// header). Registers the stages' distinct modules as children ("stage0",
@@ -114,13 +155,17 @@ struct PlannedGraphOptions {
 /// Throws c10::Error (constructor) as profile_graph's checks of the stages,
 /// if the plan is not valid for the graph's structure (naming
 /// planner::simulate's error), has a kForwardSelective op without a policy,
-/// or options.graph does not match the stages.
+/// options.graph does not match the stages, or correction_steps < 1 or
+/// correction_threshold < 0 (or not finite).
 ///
 /// Example:
 // clang-format off
 ///   auto graph = remat::profile_graph(stages, sample);
 ///   remat::PlannedGraph net(stages, remat::plan_within(graph, remat::Budget::parse("50%")));
 ///   loss(net->forward(x)).backward();
+///   // The same plan, re-solved on measured stage times while training:
+///   remat::PlannedGraph tuned(stages, net->plan(), remat::PlannedGraphOptions()
+///       .graph(graph).budget(remat::Budget::parse("50%")).self_correct(true));
 // clang-format on
 class PlannedGraphImpl : public torch::nn::Module {
  public:
@@ -132,10 +177,17 @@ class PlannedGraphImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input);
   /// "remat::PlannedGraph(stages=9, ops=20, plan=R0 R1 ...)".
   void pretty_print(std::ostream& stream) const override;
-  /// The plan executed.
+  /// The plan in force (replaced by self-correction).
   const planner::Plan& plan() const {
     return plan_;
   }
+  /// The switches self-correction made, oldest first (empty without
+  /// options.self_correct).
+  const std::vector<GraphPlanCorrection>& corrections() const;
+  /// The graph with the stage times of the last measured window (nullopt
+  /// before the first one, and without options.self_correct): what the
+  /// plan in force is compared on.
+  const std::optional<planner::Graph>& measured_graph() const;
   /// The stages, in order.
   const std::vector<GraphStage>& stages() const {
     return *stages_;
@@ -146,16 +198,23 @@ class PlannedGraphImpl : public torch::nn::Module {
   }
 
  private:
+  /// Self-correction before a training forward on `input`; returns where
+  /// the step's times go.
+  std::shared_ptr<detail::StageTimes> self_correct(const torch::Tensor& input);
+
   std::shared_ptr<const std::vector<GraphStage>> stages_;
   planner::Plan plan_;
   PlannedGraphOptions options_;
   planner::Graph structure_;  // the stages' inputs with unit costs
   std::shared_ptr<const detail::PlanProgram> program_;  // made on first use
+  // Self-correction's state, from the first training forward on.
+  std::shared_ptr<detail::Correction<planner::Graph>> correction_;
 };
 TORCH_MODULE(PlannedGraph);
 
 /// Profiles `stages` on `sample`, plans within `budget` (plan_within) and
-/// returns the stages under that plan, expecting inputs of sample's shape.
+/// returns the stages under that plan, expecting inputs of sample's shape
+/// (PlannedGraphOptions: graph, input_shape and budget set).
 /// With options.selective_policy set, stages may also run selectively (as
 /// for chains). Throws as profile_graph, plan_within and PlannedGraph.
 ///

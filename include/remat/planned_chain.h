@@ -113,18 +113,26 @@ struct PlannedChainOptions {
   TORCH_ARG(double, correction_threshold) = 0.05;
 };
 
-/// One switch of a self-correcting plan (PlannedChainImpl::corrections()).
-struct PlanCorrection {
+/// One switch of a self-correcting plan: PlannedChainImpl::corrections()
+/// (`Costs` = planner::Chain: PlanCorrection) and
+/// PlannedGraphImpl::corrections() (planner::Graph: GraphPlanCorrection,
+/// remat/graph.h).
+template <class Costs>
+struct BasicPlanCorrection {
   /// Training steps run under the plan in force before this switch.
   int64_t after_steps = 0;
   planner::Plan from;  ///< the plan replaced
   planner::Plan to;    ///< the plan now in force
-  /// simulate()'s times of `from` and `to` on the measured chain.
+  /// simulate()'s times of `from` and `to` on the measured costs.
   double from_ms = 0;
   double to_ms = 0;
-  /// The chain with the measured stage times the switch was decided on.
-  planner::Chain measured;
+  /// The costs with the measured stage times the switch was decided on
+  /// (the bytes are the profile's).
+  Costs measured;
 };
+
+/// A switch of a self-correcting chain (PlannedChainImpl::corrections()).
+using PlanCorrection = BasicPlanCorrection<planner::Chain>;
 
 /// A chain of stages executed according to a plan (see the top of this
 /// header). Registers the stages' distinct modules as its children

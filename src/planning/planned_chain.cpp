@@ -7,7 +7,6 @@
 // remat/planned_chain.h and docs/planned_execution.md.
 #include "remat/planned_chain.h"
 
-#include <cmath>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -49,27 +48,14 @@ planner::Chain correction_chain(
     profile.selective_policy(options.selective_policy());
     return profile_chain(*run.stages, input, profile);
   }();
-  if (options.selective_policy()) {
-    return chain;
-  }
-  // Without a policy a plan cannot run a stage selectively.
-  std::vector<planner::StageCost> stages = chain.stages();
-  for (auto& stage : stages) {
-    stage.selective.reset();
-  }
-  return planner::Chain(
-      std::move(stages),
-      chain.input_bytes(),
-      chain.resident_bytes(),
-      chain.model_state());
+  return options.selective_policy() ? chain : without_selective_costs(chain);
 }
 
-/// Self-correction before a training forward (remat/planned_chain.h): after
-/// a full window of measured steps, switches to a faster plan if there is
-/// one; returns where this step's times go.
+/// Self-correction before a training forward (remat/planned_chain.h; the
+/// decision: correct_before_step); returns where this step's times go.
 std::shared_ptr<StageTimes> self_correct(
     PlannedRun& run, PlannedChainOptions& options, const torch::Tensor& input) {
-  const std::vector<int64_t> shape = input.sizes().vec();
+  std::vector<int64_t> shape = input.sizes().vec();
   if (!run.correction || run.correction->shape != shape) {
     planner::Chain chain = correction_chain(run, options, input);
     const int64_t budget_bytes =
@@ -79,48 +65,20 @@ std::shared_ptr<StageTimes> self_correct(
     if (run.correction) {
       log = std::move(run.correction->log);
     }
-    const int64_t stages = chain.size();
-    run.correction = Correction{
-        shape,
-        std::move(chain),
-        budget_bytes,
-        std::make_shared<StageTimes>(stages),
-        0,
-        std::nullopt,
-        std::move(log)};
+    run.correction = start_correction(
+        std::move(shape), std::move(chain), budget_bytes, std::move(log));
   }
-  Correction& correction = *run.correction;
-  if (correction.times->steps() >= options.correction_steps()) {
-    planner::Chain measured = correction.times->apply_to(correction.chain);
-    double from_ms = 0;
-    double to_ms = 0;
-    std::optional<planner::Plan> next = corrected_plan(
-        measured,
-        run.plan,
-        correction.budget_bytes,
-        options.correction_threshold(),
-        options.solver(),
-        from_ms,
-        to_ms);
-    if (next) {
-      correction.log.push_back(PlanCorrection{
-          correction.steps_under_plan,
-          run.plan,
-          *next,
-          from_ms,
-          to_ms,
-          measured});
-      run.plan = *next;
-      if (!options.input_shape().empty()) {
-        run.plans_by_shape[options.input_shape()] = run.plan;
-      }
-      correction.steps_under_plan = 0;
-    }
-    correction.measured = std::move(measured);
-    correction.times->clear();
+  const bool switched = correct_before_step(
+      *run.correction,
+      run.plan,
+      CorrectionRule{
+          options.correction_steps(),
+          options.correction_threshold(),
+          options.solver()});
+  if (switched && !options.input_shape().empty()) {
+    run.plans_by_shape[options.input_shape()] = run.plan;
   }
-  ++correction.steps_under_plan;
-  return correction.times;
+  return run.correction->times;
 }
 
 }  // namespace
@@ -170,17 +128,8 @@ void check_planned_run(
         ") but options.selective_policy is empty; pass the policy the "
         "chain was profiled with");
   }
-  TORCH_CHECK(
-      options.correction_steps() >= 1,
-      who,
-      ": expected options.correction_steps >= 1, got ",
-      options.correction_steps());
-  TORCH_CHECK(
-      std::isfinite(options.correction_threshold()) &&
-          options.correction_threshold() >= 0,
-      who,
-      ": expected options.correction_threshold finite and >= 0, got ",
-      options.correction_threshold());
+  check_correction_options(
+      who, options.correction_steps(), options.correction_threshold());
   TORCH_CHECK(
       options.on_shape_change() != ShapePolicy::kReplan ||
           options.budget().has_value(),

@@ -1,6 +1,7 @@
 // planned_graph.cpp: PlannedGraph (a graph of stages run by the plan
 // executor, NOTE: [Plan execution] in plan_executor.cpp) and auto_checkpoint
-// for graphs (plan_within: plan_choice.cpp).
+// for graphs (plan_within: plan_choice.cpp). Self-correction is the
+// chain's (self_correct.h) on a planner::Graph.
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -16,17 +17,41 @@
 #include "remat/graph.h"
 #include "remat/planner/simulate.h"
 #include "remat/planner/solvers.h"
+#include "self_correct.h"
 
 namespace remat {
 namespace {
 
 using planner::OpKind;
 
+constexpr const char* kGraph = "remat::PlannedGraph";
+
 bool has_selective_op(const planner::Plan& plan) {
   return std::any_of(
       plan.ops.begin(), plan.ops.end(), [](const planner::Op& op) {
         return op.kind == OpKind::kForwardSelective;
       });
+}
+
+/// The graph self-correction measures against for `input`: options.graph
+/// when it is the graph of this input's shape (with options.input_shape,
+/// the only shape accepted; without, the first training input's), else a
+/// profile of it.
+planner::Graph correction_graph(
+    const std::vector<GraphStage>& stages,
+    const PlannedGraphOptions& options,
+    bool first,
+    const torch::Tensor& input) {
+  planner::Graph graph = [&] {
+    if (options.graph() && (!options.input_shape().empty() || first)) {
+      return *options.graph();
+    }
+    ProfileOptions profile = options.profile();
+    profile.selective_policy(options.selective_policy());
+    return profile_graph(stages, input, profile);
+  }();
+  return options.selective_policy() ? graph
+                                    : detail::without_selective_costs(graph);
 }
 
 }  // namespace
@@ -39,7 +64,9 @@ PlannedGraphImpl::PlannedGraphImpl(
           std::make_shared<const std::vector<GraphStage>>(std::move(stages))),
       plan_(std::move(plan)),
       options_(std::move(options)),
-      structure_(detail::graph_structure("remat::PlannedGraph", *stages_)) {
+      structure_(detail::graph_structure(kGraph, *stages_)) {
+  detail::check_correction_options(
+      kGraph, options_.correction_steps(), options_.correction_threshold());
   const planner::Simulation check = planner::simulate(structure_, plan_);
   TORCH_CHECK(
       check.valid,
@@ -97,6 +124,10 @@ torch::Tensor PlannedGraphImpl::forward(const torch::Tensor& input) {
   if (!c10::GradMode::is_enabled() || !needs_grad) {
     return run_graph(*stages_, input);
   }
+  std::shared_ptr<detail::StageTimes> times;
+  if (options_.self_correct()) {
+    times = self_correct(input);
+  }
   if (!program_) {
     std::vector<detail::StageCall> calls;
     for (int64_t i = 0; i < structure_.size(); ++i) {
@@ -105,7 +136,46 @@ torch::Tensor PlannedGraphImpl::forward(const torch::Tensor& input) {
     program_ = detail::make_program(
         std::move(calls), structure_, plan_, options_.selective_policy());
   }
-  return detail::run_program(program_, input, "remat::PlannedGraph");
+  return detail::run_program(program_, input, kGraph, std::move(times));
+}
+
+std::shared_ptr<detail::StageTimes> PlannedGraphImpl::self_correct(
+    const torch::Tensor& input) {
+  std::vector<int64_t> shape = input.sizes().vec();
+  if (!correction_ || correction_->shape != shape) {
+    planner::Graph graph =
+        correction_graph(*stages_, options_, !correction_, input);
+    const int64_t budget_bytes =
+        options_.budget() ? options_.budget()->resolve_bytes(graph)
+                          : planner::simulate(graph, plan_).peak_bytes;
+    std::vector<GraphPlanCorrection> log;
+    if (correction_) {
+      log = std::move(correction_->log);
+    }
+    correction_ = std::make_shared<detail::Correction<planner::Graph>>(
+        detail::start_correction(
+            std::move(shape), std::move(graph), budget_bytes, std::move(log)));
+  }
+  if (detail::correct_before_step(
+          *correction_,
+          plan_,
+          detail::CorrectionRule{
+              options_.correction_steps(),
+              options_.correction_threshold(),
+              options_.solver()})) {
+    program_.reset();  // made again for the new plan
+  }
+  return correction_->times;
+}
+
+const std::vector<GraphPlanCorrection>& PlannedGraphImpl::corrections() const {
+  static const std::vector<GraphPlanCorrection> kNone;
+  return correction_ ? correction_->log : kNone;
+}
+
+const std::optional<planner::Graph>& PlannedGraphImpl::measured_graph() const {
+  static const std::optional<planner::Graph> kNone;
+  return correction_ ? correction_->measured : kNone;
 }
 
 void PlannedGraphImpl::pretty_print(std::ostream& stream) const {
@@ -132,7 +202,10 @@ PlannedGraph auto_checkpoint(
       PlannedGraphOptions()
           .selective_policy(options.selective_policy())
           .graph(std::move(graph))
-          .input_shape(sample.sizes().vec()));
+          .input_shape(sample.sizes().vec())
+          .budget(budget)
+          .profile(options.profile())
+          .solver(options.solver()));
 }
 
 }  // namespace remat

@@ -25,7 +25,7 @@ struct PlannedRun {
   std::map<std::vector<int64_t>, planner::Chain> chains_by_shape;
   /// Self-correction's state (options.self_correct), from the first
   /// training forward on.
-  std::optional<Correction> correction;
+  std::optional<Correction<planner::Chain>> correction;
 };
 
 /// The switches of `run`'s self-correction (empty without one).

@@ -1,8 +1,12 @@
-// self_correct.cpp: measured stage times and the switch between plans
-// (self_correct.h; the contract is remat/planned_chain.h, "Self-correction").
+// self_correct.cpp: measured stage times and the switch between plans, for
+// chains and graphs (self_correct.h; the contracts are remat/planned_chain.h
+// and remat/graph.h, "Self-correction").
 #include "self_correct.h"
 
+#include <cmath>
 #include <utility>
+
+#include <c10/util/Exception.h>
 
 #include "remat/planner/simulate.h"
 #include "remat/planner/statistics.h"
@@ -44,9 +48,9 @@ void StageTimes::clear() {
   steps_ = 0;
 }
 
-planner::Chain StageTimes::apply_to(const planner::Chain& profiled) const {
+std::vector<planner::StageCost> StageTimes::measured_costs(
+    std::vector<planner::StageCost> stages) const {
   const std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<planner::StageCost> stages = profiled.stages();
   for (size_t i = 0; i < stages.size() && i < forward_ms_.size(); ++i) {
     planner::StageCost& stage = stages[i];
     const double profiled_forward = stage.forward_ms;
@@ -66,15 +70,82 @@ planner::Chain StageTimes::apply_to(const planner::Chain& profiled) const {
       stage.selective->recompute_ms *= scale;
     }
   }
-  return planner::Chain(
-      std::move(stages),
-      profiled.input_bytes(),
-      profiled.resident_bytes(),
-      profiled.model_state());
+  return stages;
 }
 
+planner::Chain StageTimes::apply_to(const planner::Chain& profiled) const {
+  return with_stage_costs(profiled, measured_costs(profiled.stages()));
+}
+
+planner::Graph StageTimes::apply_to(const planner::Graph& profiled) const {
+  return with_stage_costs(profiled, measured_costs(profiled.stages()));
+}
+
+planner::Chain with_stage_costs(
+    const planner::Chain& costs, std::vector<planner::StageCost> stages) {
+  return planner::Chain(
+      std::move(stages),
+      costs.input_bytes(),
+      costs.resident_bytes(),
+      costs.model_state());
+}
+
+planner::Graph with_stage_costs(
+    const planner::Graph& costs, std::vector<planner::StageCost> stages) {
+  std::vector<std::vector<int64_t>> inputs;
+  for (int64_t i = 0; i < costs.size(); ++i) {
+    inputs.push_back(costs.inputs(i));
+  }
+  return planner::Graph(
+      std::move(stages),
+      std::move(inputs),
+      costs.input_bytes(),
+      costs.model_state());
+}
+
+template <class Costs>
+Costs without_selective_costs(const Costs& costs) {
+  std::vector<planner::StageCost> stages = costs.stages();
+  for (auto& stage : stages) {
+    stage.selective.reset();
+  }
+  return with_stage_costs(costs, std::move(stages));
+}
+
+void check_correction_options(
+    const char* who, int64_t correction_steps, double correction_threshold) {
+  TORCH_CHECK(
+      correction_steps >= 1,
+      who,
+      ": expected options.correction_steps >= 1, got ",
+      correction_steps);
+  TORCH_CHECK(
+      std::isfinite(correction_threshold) && correction_threshold >= 0,
+      who,
+      ": expected options.correction_threshold finite and >= 0, got ",
+      correction_threshold);
+}
+
+template <class Costs>
+Correction<Costs> start_correction(
+    std::vector<int64_t> shape,
+    Costs costs,
+    int64_t budget_bytes,
+    std::vector<BasicPlanCorrection<Costs>> log) {
+  const int64_t stages = costs.size();
+  return Correction<Costs>{
+      std::move(shape),
+      std::move(costs),
+      budget_bytes,
+      std::make_shared<StageTimes>(stages),
+      0,
+      std::nullopt,
+      std::move(log)};
+}
+
+template <class Costs>
 std::optional<planner::Plan> corrected_plan(
-    const planner::Chain& measured,
+    const Costs& measured,
     const planner::Plan& current,
     int64_t budget_bytes,
     double threshold,
@@ -97,5 +168,59 @@ std::optional<planner::Plan> corrected_plan(
   to_ms = next.time_ms;
   return candidate;
 }
+
+template <class Costs>
+bool correct_before_step(
+    Correction<Costs>& correction,
+    planner::Plan& plan,
+    const CorrectionRule& rule) {
+  bool switched = false;
+  if (correction.times->steps() >= rule.window_steps) {
+    Costs measured = correction.times->apply_to(correction.costs);
+    double from_ms = 0;
+    double to_ms = 0;
+    std::optional<planner::Plan> next = corrected_plan(
+        measured,
+        plan,
+        correction.budget_bytes,
+        rule.threshold,
+        rule.solver,
+        from_ms,
+        to_ms);
+    if (next) {
+      correction.log.push_back(BasicPlanCorrection<Costs>{
+          correction.steps_under_plan, plan, *next, from_ms, to_ms, measured});
+      plan = std::move(*next);
+      correction.steps_under_plan = 0;
+      switched = true;
+    }
+    correction.measured = std::move(measured);
+    correction.times->clear();
+  }
+  ++correction.steps_under_plan;
+  return switched;
+}
+
+#define REMAT_SELF_CORRECT_FOR(Costs)                          \
+  template Costs without_selective_costs<Costs>(const Costs&); \
+  template Correction<Costs> start_correction<Costs>(          \
+      std::vector<int64_t>,                                    \
+      Costs,                                                   \
+      int64_t,                                                 \
+      std::vector<BasicPlanCorrection<Costs>>);                \
+  template std::optional<planner::Plan> corrected_plan<Costs>( \
+      const Costs&,                                            \
+      const planner::Plan&,                                    \
+      int64_t,                                                 \
+      double,                                                  \
+      const planner::SolverOptions&,                           \
+      double&,                                                 \
+      double&);                                                \
+  template bool correct_before_step<Costs>(                    \
+      Correction<Costs>&, planner::Plan&, const CorrectionRule&);
+
+REMAT_SELF_CORRECT_FOR(planner::Chain)
+REMAT_SELF_CORRECT_FOR(planner::Graph)
+#undef REMAT_SELF_CORRECT_FOR
 
 }  // namespace remat::detail

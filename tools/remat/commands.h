@@ -77,6 +77,9 @@ struct TrainOptions {
   /// choose it (--selective).
   bool selective = false;
   bool no_baseline = false;
+  /// Keep the plan chosen before training (--fixed-plan); otherwise an
+  /// optimal plan corrects itself on measured stage times.
+  bool fixed_plan = false;
   /// No-checkpoint steps interleaved with the first planned steps.
   int64_t baseline_steps = 20;
   /// Plain-mode progress: print every this many steps (0: steps / 20).

@@ -84,34 +84,117 @@ torch::nn::Sequential clone_sequential(const torch::nn::Sequential& model) {
   return torch::nn::Sequential(copy);
 }
 
+namespace {
+
+/// The budget a self-correcting plan of `choice` re-solves: the choice's,
+/// or, without one, the plan's predicted peak (the options' default).
+std::optional<Budget> correction_budget(const PlanChoice& choice) {
+  if (!choice.budget_bytes) {
+    return std::nullopt;
+  }
+  return Budget::bytes(*choice.budget_bytes);
+}
+
+/// The self-correction of `plan` (the plan in force) on `profiled`, with
+/// `corrections` and `measured` (a chain's or a graph's), as a report.
+template <class Costs>
+CorrectionReport report_of(
+    const Costs& profiled,
+    const planner::Plan& plan,
+    const std::vector<BasicPlanCorrection<Costs>>& corrections,
+    const std::optional<Costs>& measured) {
+  CorrectionReport report;
+  report.profiled = profiled.stages();
+  report.plan = plan;
+  report.plan_profiled_ms = planner::simulate(profiled, plan).time_ms;
+  if (measured) {
+    report.measured = measured->stages();
+    report.plan_measured_ms = planner::simulate(*measured, plan).time_ms;
+  }
+  for (const auto& correction : corrections) {
+    report.switches.push_back(
+        {correction.after_steps,
+         correction.from,
+         correction.to,
+         correction.from_ms,
+         correction.to_ms,
+         planner::simulate(correction.measured, correction.to).peak_bytes});
+  }
+  return report;
+}
+
+}  // namespace
+
 Executor::Executor(
-    torch::nn::Sequential model, const PlanChoice& choice, Mode mode)
+    torch::nn::Sequential model,
+    const PlanChoice& choice,
+    Mode mode,
+    const std::optional<SelfCorrection>& correction)
     : model_(std::move(model)), strategy_(choice.strategy), mode_(mode) {
   switch (strategy_.kind) {
     case planner::Strategy::Kind::kOptimal:
     case planner::Strategy::Kind::kChen:
-    case planner::Strategy::Kind::kSqrt:
-      planned_ = PlannedSequential(
-                     model_,
-                     choice.plan,
-                     PlannedSequentialOptions().selective_policy(
-                         choice.selective_policy))
-                     .ptr();
+    case planner::Strategy::Kind::kSqrt: {
+      PlannedSequentialOptions options;
+      options.selective_policy(choice.selective_policy);
+      if (correction && correction->chain &&
+          strategy_.kind == planner::Strategy::Kind::kOptimal) {
+        options.chain(correction->chain)
+            .budget(correction_budget(choice))
+            .self_correct(true)
+            .correction_steps(correction->correction_steps)
+            .correction_threshold(correction->correction_threshold);
+        self_correcting_ = true;
+      }
+      planned_ = PlannedSequential(model_, choice.plan, options).ptr();
       break;
+    }
     case planner::Strategy::Kind::kUniform:
     case planner::Strategy::Kind::kNone:
       break;
   }
 }
 
-Executor::Executor(TrainingGraph graph, const PlanChoice& choice, bool plain)
+Executor::Executor(
+    TrainingGraph graph,
+    const PlanChoice& choice,
+    bool plain,
+    const std::optional<SelfCorrection>& correction)
     : graph_(std::move(graph)), strategy_(choice.strategy) {
   TORCH_INTERNAL_ASSERT(
       !plain || strategy_.kind == planner::Strategy::Kind::kNone,
       "a plain graph run is no checkpointing");
   if (!plain) {
-    planned_graph_ = PlannedGraph(graph_->stages, choice.plan).ptr();
+    PlannedGraphOptions options;
+    if (correction && correction->graph &&
+        strategy_.kind == planner::Strategy::Kind::kOptimal) {
+      options.graph(correction->graph)
+          .budget(correction_budget(choice))
+          .self_correct(true)
+          .correction_steps(correction->correction_steps)
+          .correction_threshold(correction->correction_threshold);
+      self_correcting_ = true;
+    }
+    planned_graph_ = PlannedGraph(graph_->stages, choice.plan, options).ptr();
   }
+}
+
+std::optional<CorrectionReport> Executor::correction_report() const {
+  if (!self_correcting_) {
+    return std::nullopt;
+  }
+  if (planned_graph_) {
+    return report_of(
+        *planned_graph_->graph(),
+        planned_graph_->plan(),
+        planned_graph_->corrections(),
+        planned_graph_->measured_graph());
+  }
+  return report_of(
+      *planned_->chain(),
+      planned_->plan(),
+      planned_->corrections(),
+      planned_->measured_chain());
 }
 
 torch::Tensor Executor::forward(const torch::Tensor& input) {
@@ -188,7 +271,8 @@ Trainer::Trainer(
     Mode mode,
     const OptimizerChoice& optimizer,
     std::optional<CompressOptions> compress,
-    Precision precision
+    Precision precision,
+    const std::optional<SelfCorrection>& correction
 #if REMAT_WITH_DISTRIBUTED
     ,
     std::optional<distributed::ProcessGroup> group,
@@ -209,13 +293,13 @@ Trainer::Trainer(
   if (shard) {
     sharded_ =
         std::make_unique<distributed::ShardedStages>(stages_of(model), *group_);
-    executor_ =
-        std::make_unique<Executor>(sharded_->sequential(), choice, mode);
+    executor_ = std::make_unique<Executor>(
+        sharded_->sequential(), choice, mode, correction);
     optimizer_ = make_optimizer(optimizer, sharded_->shards());
     return;
   }
 #endif
-  executor_ = std::make_unique<Executor>(model, choice, mode);
+  executor_ = std::make_unique<Executor>(model, choice, mode, correction);
   optimizer_ = make_optimizer(optimizer, model->parameters());
 #if REMAT_WITH_DISTRIBUTED
   if (group_) {
@@ -230,12 +314,14 @@ Trainer::Trainer(
     const PlanChoice& choice,
     bool plain,
     const OptimizerChoice& optimizer,
-    Precision precision)
+    Precision precision,
+    const std::optional<SelfCorrection>& correction)
     : module_(graph.unet.ptr()),
       set_targets_([graph](const Batch& batch) { set_targets(graph, batch); }),
       precision_(precision) {
   optimizer_ = make_optimizer(optimizer, module_->parameters());
-  executor_ = std::make_unique<Executor>(std::move(graph), choice, plain);
+  executor_ =
+      std::make_unique<Executor>(std::move(graph), choice, plain, correction);
 }
 
 torch::Tensor Trainer::predict(const torch::Tensor& input) {

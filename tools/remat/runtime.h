@@ -16,6 +16,11 @@
 //   none        remat::run_graph: the stages run plainly
 //   optimal, per-block, encoder
 //               remat::PlannedGraph(stages, plan)
+// Given the chain or graph the plan was made on (SelfCorrection), an optimal
+// plan corrects itself (PlannedChainOptions::self_correct,
+// PlannedGraphOptions::self_correct) within choice.budget_bytes (or, without
+// one, the plan's predicted peak); every other strategy runs its plan as
+// given.
 // A Trainer owns a model's optimizer and measures each step with
 // remat::measure::measure_step (remat/measure/step.h): parameter gradients
 // are allocated (zeroed, not freed) before the step; the activation peak is
@@ -82,13 +87,58 @@ void check_trainable(
 /// A deep copy of `model` (parameters, buffers), for a baseline run.
 torch::nn::Sequential clone_sequential(const torch::nn::Sequential& model);
 
+/// Self-correction of an executor's optimal plan (see the top): the costs
+/// the plan was made on (`chain` for a chain model, `graph` for a graph
+/// model) and the library options' window and threshold.
+struct SelfCorrection {
+  std::optional<planner::Chain> chain;
+  std::optional<planner::Graph> graph;
+  int64_t correction_steps = PlannedChainOptions().correction_steps();
+  double correction_threshold = PlannedChainOptions().correction_threshold();
+};
+
+/// What a self-correcting executor has measured and switched (the library's
+/// corrections() and measured chain or graph, for either kind of model).
+struct CorrectionReport {
+  /// The stage costs the plan was made on.
+  std::vector<planner::StageCost> profiled;
+  /// The last measured window's stage costs (empty before the first).
+  std::vector<planner::StageCost> measured;
+  /// The plan in force and its predicted time (simulate()) on the profiled
+  /// costs and, after the first window, on the measured ones (else 0).
+  planner::Plan plan;
+  double plan_profiled_ms = 0;
+  double plan_measured_ms = 0;
+  /// One switch (PlanCorrection / GraphPlanCorrection), with the predicted
+  /// peak of the plan switched to.
+  struct Switch {
+    int64_t after_steps = 0;
+    planner::Plan from;
+    planner::Plan to;
+    double from_ms = 0;
+    double to_ms = 0;
+    int64_t to_peak_bytes = 0;
+  };
+  std::vector<Switch> switches;
+};
+
 /// Runs a model's forward according to a plan choice (see the top).
 class Executor {
  public:
-  Executor(torch::nn::Sequential model, const PlanChoice& choice, Mode mode);
+  /// With `correction` (its chain set), an optimal plan corrects itself.
+  Executor(
+      torch::nn::Sequential model,
+      const PlanChoice& choice,
+      Mode mode,
+      const std::optional<SelfCorrection>& correction = std::nullopt);
   /// A graph model's executor: `choice.plan` by PlannedGraph, or, for a
   /// choice of Strategy::Kind::kNone with `plain`, the stages run plainly.
-  Executor(TrainingGraph graph, const PlanChoice& choice, bool plain);
+  /// With `correction` (its graph set), an optimal plan corrects itself.
+  Executor(
+      TrainingGraph graph,
+      const PlanChoice& choice,
+      bool plain,
+      const std::optional<SelfCorrection>& correction = std::nullopt);
   /// The model output for `input`, with checkpointing as planned.
   torch::Tensor forward(const torch::Tensor& input);
   /// "PlannedSequential", "checkpoint_sequential (4 segments, nonreentrant)",
@@ -97,6 +147,13 @@ class Executor {
   /// The model's output (without the loss) for `input`, run plainly: what a
   /// score (the Dice of a segmentation) is computed from.
   torch::Tensor predict(const torch::Tensor& input);
+  /// Whether the plan corrects itself.
+  bool self_correcting() const {
+    return self_correcting_;
+  }
+  /// Self-correction's measurements and switches so far (nullopt unless
+  /// self_correcting()).
+  std::optional<CorrectionReport> correction_report() const;
 
  private:
   torch::nn::Sequential model_{nullptr};
@@ -105,6 +162,7 @@ class Executor {
   Mode mode_ = Mode::kNonReentrant;
   std::shared_ptr<PlannedSequentialImpl> planned_;
   std::shared_ptr<PlannedGraphImpl> planned_graph_;
+  bool self_correcting_ = false;
 };
 
 /// Measurements of one training step.
@@ -155,7 +213,8 @@ class Trainer {
  public:
   /// With `compress`, the forward runs under a CompressActivations guard.
   /// Forward, loss and backward run under an AutocastGuard for the CPU in
-  /// `precision` (its default options: no cast cache). With `group` (only
+  /// `precision` (its default options: no cast cache). The executor is
+  /// Executor(model, choice, mode, correction). With `group` (only
   /// when remat was built with remat::distributed), the
   /// gradients are averaged over its ranks (distributed::GradientSync), or,
   /// with `shard`, the model is sharded over them (distributed::
@@ -167,21 +226,24 @@ class Trainer {
       Mode mode,
       const OptimizerChoice& optimizer,
       std::optional<CompressOptions> compress = std::nullopt,
-      Precision precision = Precision::kFloat32
+      Precision precision = Precision::kFloat32,
+      const std::optional<SelfCorrection>& correction = std::nullopt
 #if REMAT_WITH_DISTRIBUTED
       ,
       std::optional<distributed::ProcessGroup> group = std::nullopt,
       bool shard = false
 #endif
   );
-  /// A graph model's trainer: `graph` run by Executor(graph, choice, plain),
-  /// stepped by `optimizer`, in `precision`. No compression, no group.
+  /// A graph model's trainer: `graph` run by Executor(graph, choice, plain,
+  /// correction), stepped by `optimizer`, in `precision`. No compression,
+  /// no group.
   Trainer(
       TrainingGraph graph,
       const PlanChoice& choice,
       bool plain,
       const OptimizerChoice& optimizer,
-      Precision precision = Precision::kFloat32);
+      Precision precision = Precision::kFloat32,
+      const std::optional<SelfCorrection>& correction = std::nullopt);
   /// Forward through the training model (its last stage is the loss, with
   /// `batch`'s targets: workload.h), backward (measured), then the
   /// optimizer step when `update` is true. Reseeds the global RNG with

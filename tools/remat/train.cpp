@@ -25,6 +25,17 @@
 // autocast (runtime.h), so the plan is made from bf16 measurements and the
 // losses still compare bitwise.
 //
+// Self-correction: an optimal plan (--strategy optimal, chain or graph; not
+// a GPT recipe, not in a process group, where every rank must run rank 0's
+// plan) corrects itself unless --fixed-plan is given (runtime.h,
+// SelfCorrection, with the library's default window and threshold): after
+// each window of steps the same budget is solved again on the executor's
+// measured stage times, and a plan predicted faster by more than the
+// threshold replaces the one in force between steps. After the first window the
+// command prints the predicted against measured time of every stage and the
+// decision, then every later re-plan. The predicted peak reported is the
+// highest of the plans that ran.
+//
 // Data parallel (docs/distributed.md): --nproc N relaunches this command as N
 // local workers (distributed::launch_local) and waits; a worker, given
 // --rank/--world-size or the environment of torchrun or --nproc, joins the
@@ -95,6 +106,21 @@ uint64_t step_seed(uint64_t seed, int64_t step) {
   return seed * 1000003ULL + static_cast<uint64_t>(step) + 1;
 }
 
+/// "1 step", "2 steps".
+std::string count(int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+/// Self-correction's window and threshold (the library's defaults), as
+/// "3 steps" and "5%".
+std::string correction_window_text() {
+  return count(SelfCorrection().correction_steps, "step");
+}
+
+std::string correction_threshold_text() {
+  return fixed(SelfCorrection().correction_threshold * 100, 0) + "%";
+}
+
 }  // namespace
 
 CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
@@ -163,6 +189,18 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
       "--no-baseline",
       options.no_baseline,
       "Skip the no-checkpoint comparison run");
+  command->add_flag(
+      "--fixed-plan",
+      options.fixed_plan,
+      "Keep the plan chosen before training (reproducible schedules). "
+      "Without it, --strategy optimal re-solves the same budget on the "
+      "stage times measured every " +
+          correction_window_text() +
+          " and switches, between steps, to a plan predicted more than " +
+          correction_threshold_text() +
+          " faster; the run prints the profiled against the measured time of "
+          "every stage after the first window, and every re-plan (not in "
+          "data-parallel runs, which keep rank 0's plan)");
   command
       ->add_option(
           "--baseline-steps",
@@ -386,6 +424,13 @@ struct TrainRun {
   /// state; planner::ModelState), what a total budget subtracts.
   planner::ModelState predicted_state;
   int64_t steps = 0;
+  /// The optimal plan corrects itself (not --fixed-plan).
+  bool self_correct = false;
+  /// Self-correction's measurements and re-plans at the end of the run.
+  std::optional<CorrectionReport> correction;
+  /// The highest predicted peak of the plans that ran (the plan chosen
+  /// before training and every plan self-correction switched to).
+  int64_t predicted_peak_bytes = 0;
   std::vector<double> losses;
   std::vector<double> step_ms;
   /// Highest activation peak over the steps (forward + loss + backward).
@@ -628,12 +673,17 @@ Trainers make_graph_trainers(
     trainers.baseline = std::make_unique<Trainer>(
         clone_training_graph(model), none, true, optimizer, run.precision);
   }
+  std::optional<SelfCorrection> correction;
+  if (run.self_correct) {
+    correction = SelfCorrection{std::nullopt, graph};
+  }
   trainers.planned = std::make_unique<Trainer>(
       model,
       run.choice,
       strategy == GraphStrategy::kNone,
       optimizer,
-      run.precision);
+      run.precision,
+      correction);
   return trainers;
 }
 
@@ -665,13 +715,18 @@ Trainers make_trainers(
     models::set_recompute(
         model, models::parse_gpt_recompute(options.recompute));
   }
+  std::optional<SelfCorrection> correction;
+  if (run.self_correct) {
+    correction = SelfCorrection{chain, std::nullopt};
+  }
   trainers.planned = std::make_unique<Trainer>(
       model,
       run.choice,
       mode,
       optimizer,
       parse_compress(options.compress),
-      run.precision
+      run.precision,
+      correction
 #if REMAT_WITH_DISTRIBUTED
       ,
       parallel.group,
@@ -754,6 +809,55 @@ void record_baseline_step(
   }
 }
 
+/// "0.12 -> 0.15" (milliseconds, profiled -> measured).
+std::string profiled_to_measured(double profiled_ms, double measured_ms) {
+  return fixed(profiled_ms, 2) + " -> " + fixed(measured_ms, 2);
+}
+
+/// One re-plan of self-correction.
+void print_switch(
+    const CorrectionReport::Switch& change,
+    const TrainRun& run,
+    std::ostream& out) {
+  out << "re-plan   after " << count(change.after_steps, "step")
+      << " under the plan in force, predicted on the measured times "
+      << fixed(change.from_ms, 1) << " ms -> " << fixed(change.to_ms, 1)
+      << " ms per step, peak " << planner::format_bytes(change.to_peak_bytes);
+  if (run.choice.budget_bytes) {
+    out << " (budget " << planner::format_bytes(*run.choice.budget_bytes)
+        << ")";
+  }
+  out << "\n          from " << plan_brief(change.from) << "\n          to   "
+      << plan_brief(change.to) << '\n';
+}
+
+/// What self-correction measured in its first window (`steps` steps): per
+/// stage the profiled against the measured time, and, when it kept the
+/// plan, the plan's predicted step time on both.
+void print_correction_window(
+    const CorrectionReport& report, int64_t steps, std::ostream& out) {
+  out << "measured  stage times of the first " << count(steps, "step")
+      << " (medians), profiled -> measured, ms:\n";
+  out << "          " << std::left << std::setw(7) << "stage" << std::setw(20)
+      << "forward"
+      << "backward" << std::right << '\n';
+  for (size_t i = 0; i < report.measured.size(); ++i) {
+    out << "          " << std::left << std::setw(7) << i << std::setw(20)
+        << profiled_to_measured(
+               report.profiled[i].forward_ms, report.measured[i].forward_ms)
+        << profiled_to_measured(
+               report.profiled[i].backward_ms, report.measured[i].backward_ms)
+        << std::right << '\n';
+  }
+  if (report.switches.empty()) {
+    out << "          the plan: predicted " << fixed(report.plan_profiled_ms, 1)
+        << " ms per step on the profile, " << fixed(report.plan_measured_ms, 1)
+        << " ms on the measured times; no plan within the budget is "
+           "predicted more than "
+        << correction_threshold_text() << " faster: kept\n";
+  }
+}
+
 /// Runs the steps (the first baseline_steps interleaved with the baseline),
 /// printing progress when `human`.
 void run_steps(
@@ -783,6 +887,28 @@ void run_steps(
   if (held_out) {
     score(0);
   }
+  // Self-correction: its first window's measurements, then every re-plan.
+  bool window_shown = false;
+  size_t switches_shown = 0;
+  auto show_correction = [&](int64_t steps) {
+    const Executor& executor = trainers.planned->executor();
+    if (!human || !executor.self_correcting()) {
+      return;
+    }
+    const std::optional<CorrectionReport> report = executor.correction_report();
+    if (report->measured.empty() ||
+        (window_shown && report->switches.size() == switches_shown)) {
+      return;
+    }
+    progress.finish();
+    if (!window_shown) {
+      print_correction_window(*report, steps - 1, io.out);
+      window_shown = true;
+    }
+    for (; switches_shown < report->switches.size(); ++switches_shown) {
+      print_switch(report->switches[switches_shown], run, io.out);
+    }
+  };
   for (int64_t step = 0; step < options.steps; ++step) {
     const Batch batch = parallel.slice(workload.next_batch());
     const uint64_t seed = step_seed(options.seed, step);
@@ -828,6 +954,7 @@ void run_steps(
     }
     line << "  left " << format_duration(left);
     progress.update(line.str(), last);
+    show_correction(step + 1);
   }
   progress.finish();
 }
@@ -865,6 +992,8 @@ Trainers prepare_chain_training(
   run.resident_bytes = chain.resident_bytes();
   run.predicted_state = chain.model_state();
   run.choice = plan_training(options, run, chain, recipe, parallel);
+  run.self_correct = !options.fixed_plan && !recipe && !parallel.joined() &&
+                     run.strategy.kind == planner::Strategy::Kind::kOptimal;
   if (!options.json) {
     print_plan(options, run, recipe, io.out);
   }
@@ -889,6 +1018,7 @@ Trainers prepare_graph_training(
     std::shared_ptr<torch::nn::Module>& saved) {
   const GraphStrategy strategy = parse_graph_strategy(options.budget.strategy);
   run.strategy_name = to_string(strategy);
+  run.self_correct = !options.fixed_plan && strategy == GraphStrategy::kOptimal;
   const TrainingGraph& model = workload.training_graph();
   const Batch probe = workload.next_batch();
   for (const auto& parameter : model.unet->parameters()) {
@@ -975,6 +1105,14 @@ TrainRun measure_training(
   }
   run_steps(options, run, trainers, workload, parallel, human, io);
   run.seconds = seconds_since(run_timer);
+  run.predicted_peak_bytes = run.choice.simulation.peak_bytes;
+  run.correction = trainers.planned->executor().correction_report();
+  if (run.correction) {
+    for (const CorrectionReport::Switch& change : run.correction->switches) {
+      run.predicted_peak_bytes =
+          std::max(run.predicted_peak_bytes, change.to_peak_bytes);
+    }
+  }
   if (!options.save.empty()) {
     // Sharded: every rank gathers the parameters, rank 0 writes them.
     trainers.planned->with_full_parameters([&] {
@@ -1022,7 +1160,35 @@ void render_json(
                                ? nlohmann::json(*choice.budget_bytes)
                                : nlohmann::json(nullptr);
   report["plan"] = choice.plan.to_string();
-  report["predicted_peak_bytes"] = choice.simulation.peak_bytes;
+  report["self_correct"] = run.self_correct;
+  if (run.correction) {
+    // The plan at the end, every re-plan, and the last window's stage
+    // times against the profile's (milliseconds).
+    const CorrectionReport& correction = *run.correction;
+    report["final_plan"] = correction.plan.to_string();
+    nlohmann::json switches = nlohmann::json::array();
+    for (const CorrectionReport::Switch& change : correction.switches) {
+      switches.push_back(
+          {{"after_steps", change.after_steps},
+           {"from", change.from.to_string()},
+           {"to", change.to.to_string()},
+           {"from_ms", change.from_ms},
+           {"to_ms", change.to_ms},
+           {"to_peak_bytes", change.to_peak_bytes}});
+    }
+    report["corrections"] = switches;
+    nlohmann::json stages = nlohmann::json::array();
+    for (size_t i = 0; i < correction.measured.size(); ++i) {
+      stages.push_back(
+          {{"stage", i},
+           {"profiled_forward_ms", correction.profiled[i].forward_ms},
+           {"measured_forward_ms", correction.measured[i].forward_ms},
+           {"profiled_backward_ms", correction.profiled[i].backward_ms},
+           {"measured_backward_ms", correction.measured[i].backward_ms}});
+    }
+    report["stage_times"] = stages;
+  }
+  report["predicted_peak_bytes"] = run.predicted_peak_bytes;
   report["input_bytes"] = run.input_bytes;
   report["steps"] = run.steps;
   report["first_loss"] = run.losses.front();
@@ -1071,11 +1237,6 @@ void render_json(
   out << report.dump(2) << '\n';
 }
 
-/// "1 step", "2 steps".
-std::string count(int64_t n, const std::string& noun) {
-  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
-}
-
 /// "= predicted to the byte", or the difference in bytes.
 std::string against_prediction(int64_t measured, int64_t predicted) {
   if (measured == predicted) {
@@ -1096,8 +1257,7 @@ void render_memory(const TrainRun& run, std::ostream& out) {
       << (run.sharded ? " max (activations + input + resident shards)"
                       : " max (activations + input)");
   if (predicted) {
-    out << ", "
-        << against_prediction(run.peak_bytes, choice.simulation.peak_bytes);
+    out << ", " << against_prediction(run.peak_bytes, run.predicted_peak_bytes);
   }
   out << '\n';
   if (choice.budget_bytes) {
@@ -1163,6 +1323,15 @@ void render_text(
         << count(run.steps, "step")
         << "  (foreground Dice on a held-out batch of " << run.dice_batch
         << ")\n";
+  }
+  if (run.correction) {
+    const size_t switches = run.correction->switches.size();
+    out << "  plan            self-correcting, "
+        << (switches == 0
+                ? std::string("kept the plan chosen before training")
+                : "re-planned " + count(switches, "time") + "; at the end " +
+                      plan_brief(run.correction->plan, 48))
+        << '\n';
   }
   render_memory(run, out);
   if (run.baseline_steps == 0) {
