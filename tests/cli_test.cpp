@@ -422,6 +422,47 @@ TEST(RematBinary, TrainMeasuresItsPredictionToTheByte) {
 // against the measured time of every stage, and the JSON report carries
 // them, every re-plan and, as the predicted peak, the highest of the plans
 // that ran, so the peak is measured as predicted whatever plan is in force.
+// The time ratio against the interleaved baseline is the median of the
+// per-step ratios after the 3 warm-up steps (all of them in a run of at most
+// 3), with a 95 % interval once there are 6. (Its value and verdict depend on
+// the load: not asserted.)
+TEST(RematBinary, TrainGivesTheTimeRatioWithItsInterval) {
+  ProcessResult result =
+      run_remat("train " + kTinyMlp + " --steps 9 --baseline-steps 9 --json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  auto baseline = nlohmann::json::parse(result.out)["baseline"];
+  EXPECT_EQ(baseline["time_ratio_rounds"].get<int64_t>(), 6) << baseline;
+  ASSERT_TRUE(baseline["time_ratio_interval"].is_array()) << baseline;
+  ASSERT_EQ(baseline["time_ratio_interval"].size(), 2u) << baseline;
+  const double low = baseline["time_ratio_interval"][0].get<double>();
+  const double high = baseline["time_ratio_interval"][1].get<double>();
+  const double median = baseline["time_ratio"].get<double>();
+  EXPECT_GT(low, 0) << baseline;
+  EXPECT_LE(low, median) << baseline;
+  EXPECT_LE(median, high) << baseline;
+
+  result = run_remat("train " + kTinyMlp + " --steps 9 --baseline-steps 9");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_NE(
+      result.out.find("(median of 6 per-step ratios, 95% interval): "),
+      std::string::npos)
+      << result.out;
+
+  result = run_remat("train " + kTinyMlp + " --steps 3 --baseline-steps 3");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_NE(
+      result.out.find(
+          "(median of 3 per-step ratios, too few for a 95% interval)"),
+      std::string::npos)
+      << result.out;
+  result =
+      run_remat("train " + kTinyMlp + " --steps 3 --baseline-steps 3 --json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  baseline = nlohmann::json::parse(result.out)["baseline"];
+  EXPECT_TRUE(baseline["time_ratio_interval"].is_null()) << baseline;
+  EXPECT_EQ(baseline["time_ratio_rounds"].get<int64_t>(), 3) << baseline;
+}
+
 // (Whether a re-plan happens depends on this machine's times: not asserted.)
 TEST(RematBinary, TrainCorrectsAnOptimalPlanUnlessItIsFixed) {
   const std::string run =

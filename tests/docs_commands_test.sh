@@ -50,6 +50,12 @@ SHRINK=(
 UNCHECKED=(
   # Progress lines: how many there are and their times depend on --steps and the load.
   '^remat train( |$)' '^step [0-9]+/[0-9]+ '
+  # The time ratio: its interval needs 6 steps after the warm-up (the demos' 20, not 6),
+  # and whether it excludes 1 depends on the load (cli_test checks the line's forms).
+  '^remat train( |$)' '^ +ratio '
+  # Whether self-correction keeps the plan or re-plans depends on the measured times.
+  '^remat train( |$)' '^ +(the plan: |plan +self-correcting)'
+  '^remat train( |$)' '^re-plan |^ +(from|to) '
   # Which strategies meet a time limit, and at which batch, depends on measured times.
   '^remat fit .*--max-time-ratio' '^(none|checkpoint_sequential|optimal)'
 )

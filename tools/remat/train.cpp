@@ -63,6 +63,7 @@
 #include <remat/distributed.h>
 #endif
 #include <remat/measure/runner.h>
+#include <remat/measure/statistics.h>
 #include <remat/measure/timer.h>
 #include <remat/profile.h>
 #include <torch/serialize.h>
@@ -475,7 +476,9 @@ struct TrainSummary {
   double baseline_step_ms_median = 0;
   double compared_step_ms_median = 0;
   double memory_ratio = 0;
-  double time_ratio = 0;
+  /// Planned step time over the baseline's, step by step (the two run
+  /// interleaved): the median of the per-step ratios with its 95 % interval.
+  measure::RatioInterval time_ratio;
 };
 
 /// Refuses the flags a graph model does not take, before any work.
@@ -809,6 +812,23 @@ void record_baseline_step(
   }
 }
 
+/// "1.07x [1.02, 1.11] ..., slower": the paired time ratio, its interval and
+/// what the interval supports.
+std::string time_ratio_text(const measure::RatioInterval& ratio) {
+  std::string text = fixed(ratio.median, 2) + "x";
+  if (!ratio.has_interval) {
+    return text + " (median of " + count(ratio.rounds, "per-step ratio") +
+           ", too few for a 95% interval)";
+  }
+  text += " [" + fixed(ratio.low, 2) + ", " + fixed(ratio.high, 2) +
+          "] (median of " + count(ratio.rounds, "per-step ratio") +
+          ", 95% interval): ";
+  if (!ratio.excludes_one()) {
+    return text + "no difference shown";
+  }
+  return text + (ratio.low > 1 ? "slower" : "faster");
+}
+
 /// "0.12 -> 0.15" (milliseconds, profiled -> measured).
 std::string profiled_to_measured(double profiled_ms, double measured_ms) {
   return fixed(profiled_ms, 2) + " -> " + fixed(measured_ms, 2);
@@ -1140,8 +1160,8 @@ TrainSummary summarize(const TrainRun& run) {
     summary.memory_ratio =
         static_cast<double>(run.peak_bytes) /
         static_cast<double>(std::max<int64_t>(1, run.baseline_peak_bytes));
-    summary.time_ratio = summary.compared_step_ms_median /
-                         std::max(1e-9, summary.baseline_step_ms_median);
+    summary.time_ratio =
+        measure::paired_ratio(run.compared_step_ms, run.baseline_step_ms);
   }
   return summary;
 }
@@ -1231,7 +1251,13 @@ void render_json(
         {"step_ms_median", summary.baseline_step_ms_median},
         {"planned_step_ms_median", summary.compared_step_ms_median},
         {"memory_ratio", summary.memory_ratio},
-        {"time_ratio", summary.time_ratio},
+        {"time_ratio", summary.time_ratio.median},
+        {"time_ratio_rounds", summary.time_ratio.rounds},
+        {"time_ratio_interval",
+         summary.time_ratio.has_interval
+             ? nlohmann::json::array(
+                   {summary.time_ratio.low, summary.time_ratio.high})
+             : nlohmann::json(nullptr)},
         {"max_loss_difference", run.max_loss_difference}};
   }
   out << report.dump(2) << '\n';
@@ -1346,7 +1372,8 @@ void render_text(
       << fixed(summary.memory_ratio, 2) << "x\n";
   out << "    time    " << fixed(summary.compared_step_ms_median, 1)
       << " ms vs " << fixed(summary.baseline_step_ms_median, 1)
-      << " ms per step (median) = " << fixed(summary.time_ratio, 2) << "x\n";
+      << " ms per step (medians)\n";
+  out << "    ratio   " << time_ratio_text(summary.time_ratio) << '\n';
   out << "    losses  "
       << (run.max_loss_difference == 0
               ? std::string("identical on every compared step")
