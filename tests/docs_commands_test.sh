@@ -57,7 +57,7 @@ UNCHECKED=(
   '^remat train( |$)' '^ +(the plan: |plan +self-correcting)'
   '^remat train( |$)' '^re-plan |^ +(from|to) '
   # Which strategies meet a time limit, and at which batch, depends on measured times.
-  '^remat fit .*--max-time-ratio' '^(none|checkpoint_sequential|optimal)'
+  '^remat fit .*--max-time-ratio' '^ *(none|checkpoint_sequential|optimal)'
 )
 
 # Commands not run here, with the reason; matched against the command as documented.

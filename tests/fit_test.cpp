@@ -104,10 +104,11 @@ TEST(
   EXPECT_GT(answers[1].segments, 0);
 }
 
-// The time limit compares measured times per sample with no checkpointing's:
-// a ratio every step meets (huge) leaves every answer where the cap puts it;
-// one no step meets (tiny) leaves the checkpointing strategies nothing, and
-// no checkpointing its answer.
+// The time limit compares predicted times per sample with no
+// checkpointing's: a ratio every plan meets (huge) leaves every answer where
+// the cap puts it; one no plan meets (tiny) leaves the checkpointing
+// strategies nothing, and no checkpointing its answer. Every answer with a
+// size is then timed against no checkpointing's in paired rounds.
 TEST(FitBatch, TheTimeLimitKeepsTheCapsAnswersWhenLooseAndNoneWhenImpossible) {
   const auto stages = residual_stages(8);
   constexpr int64_t kCap = 2 << 20;
@@ -126,6 +127,17 @@ TEST(FitBatch, TheTimeLimitKeepsTheCapsAnswersWhenLooseAndNoneWhenImpossible) {
     EXPECT_EQ(loose[i].strategy, free[i].strategy);
     EXPECT_EQ(loose[i].batch, free[i].batch);
     EXPECT_LE(loose[i].measured_peak_bytes, kCap);
+    EXPECT_EQ(free[i].measured_time_ratio.rounds, 0) << "no limit, no rounds";
+    if (i > 0) {
+      const remat::measure::RatioInterval& ratio = loose[i].measured_time_ratio;
+      EXPECT_EQ(ratio.rounds, 10);
+      EXPECT_TRUE(ratio.has_interval);
+      EXPECT_GT(ratio.low, 0);
+      EXPECT_LE(ratio.low, ratio.median);
+      EXPECT_LE(ratio.median, ratio.high);
+      EXPECT_GT(loose[i].predicted_time_ratio, 0);
+      EXPECT_EQ(impossible[i].measured_time_ratio.rounds, 0) << "size 0";
+    }
     EXPECT_EQ(impossible[i].strategy, free[i].strategy);
     if (i == 0) {
       EXPECT_EQ(impossible[i].batch, free[i].batch);
@@ -133,6 +145,33 @@ TEST(FitBatch, TheTimeLimitKeepsTheCapsAnswersWhenLooseAndNoneWhenImpossible) {
       EXPECT_GT(free[i].batch, free[0].batch);
       EXPECT_EQ(impossible[i].batch, 0);
       EXPECT_EQ(impossible[i].size, 0);
+    }
+  }
+}
+
+// Under a limit between the two, every checkpointing answer is predicted
+// within it, and the optimal strategy, whose class holds every
+// checkpoint_sequential plan, never ends with a smaller batch.
+TEST(FitBatch, UnderATimeLimitOptimalFitsAtLeastCheckpointSequentialsBatch) {
+  const auto stages = residual_stages(8);
+  constexpr int64_t kCap = 2 << 20;
+  for (const double limit : {1.05, 1.3}) {
+    SCOPED_TRACE(limit);
+    const auto answers = remat::fit_batch(
+        rows,
+        stages,
+        kCap,
+        remat::FitOptions().max_batch(1024).max_time_ratio(limit));
+    ASSERT_EQ(answers.size(), 3u);
+    ASSERT_GT(answers[0].batch, 0);
+    EXPECT_GE(answers[2].batch, answers[1].batch);
+    for (size_t i = 1; i < answers.size(); ++i) {
+      SCOPED_TRACE(answers[i].strategy);
+      if (answers[i].batch > 0) {
+        EXPECT_LE(answers[i].predicted_time_ratio, limit);
+        EXPECT_LE(answers[i].measured_peak_bytes, kCap);
+        EXPECT_EQ(answers[i].measured_time_ratio.rounds, 10);
+      }
     }
   }
 }
@@ -212,9 +251,9 @@ TEST(
     // And measured: no checkpointing's step, or the least-memory plan, at
     // the next length peaks above the cap (the predictions are not merely
     // consistent with the search, they are what a step measures).
-    const remat::planner::Plan tightest = answer.strategy == "none"
-        ? remat::planner::solve_store_all(chain)
-        : remat::planner::solve_min_memory(chain);
+    const remat::planner::Plan tightest =
+        answer.strategy == "none" ? remat::planner::solve_store_all(chain)
+                                  : remat::planner::solve_min_memory(chain);
     if (answer.strategy != "checkpoint_sequential") {
       EXPECT_GT(measured_peak(next.stages, tightest, next.input), kCap)
           << "length " << answer.size + 1 << " measured under the cap";

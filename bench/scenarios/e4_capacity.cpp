@@ -62,8 +62,6 @@ Section run_e4(const E4Options& options, const Context& context) {
     FitAnswer answer;
     std::string name;
     std::string limit;
-    double limit_ratio = 0;       // FitOptions::max_time_ratio of its run
-    double fit_reference_ms = 0;  // fit's ms per sample of none, same run
     std::vector<double> step_ms;  // this scenario's timed rounds
   };
   std::vector<Answer> rows;
@@ -90,14 +88,11 @@ Section run_e4(const E4Options& options, const Context& context) {
       }
       std::ostringstream limit;
       if (ratio > 0 && answer.strategy != "none") {
-        limit << "≤ " << ratio << "× measured per sample";
+        limit << "≤ " << ratio << "× predicted per sample";
       } else {
         limit << "none";
       }
       row.limit = limit.str();
-      row.limit_ratio = ratio;
-      row.fit_reference_ms =
-          answers.front().batch > 0 ? answers.front().ms_per_sample() : 0;
       rows.push_back(std::move(row));
     }
   }
@@ -136,7 +131,8 @@ Section run_e4(const E4Options& options, const Context& context) {
       "spread ms",
       "ms per sample",
       "time per sample ratio [95% CI]",
-      "fit's time per sample ratio (its medians)"};
+      "fit's predicted time per sample ratio",
+      "fit's measured time per sample ratio [95% CI]"};
   const auto per_sample = [](const Answer& row) {
     std::vector<double> times = row.step_ms;
     for (double& time : times) {
@@ -177,11 +173,14 @@ Section run_e4(const E4Options& options, const Context& context) {
     cells.push_back(
         none != nullptr ? paired_ratio_cell(per_sample(row), per_sample(*none))
                         : Cell::empty());
-    // What the limit was applied to: fit_batch's own timed steps, against
-    // no checkpointing's in the same call.
+    // What the limit was applied to, and fit_batch's own confirmation.
     cells.push_back(
-        row.limit_ratio > 0 && row.fit_reference_ms > 0
-            ? Cell::ratio(row.answer.ms_per_sample() / row.fit_reference_ms)
+        row.answer.predicted_time_ratio > 0
+            ? Cell::ratio(row.answer.predicted_time_ratio)
+            : Cell::empty());
+    cells.push_back(
+        row.answer.measured_time_ratio.rounds > 0
+            ? Cell::ratio_interval(row.answer.measured_time_ratio)
             : Cell::empty());
     table.add_row(std::move(cells));
   }
@@ -206,12 +205,15 @@ Section run_e4(const E4Options& options, const Context& context) {
            "after the warm-up rounds (forward, sum, backward). "
            "`checkpoint_sequential(k)`: the fastest k that fits. Time "
            "limit: `FitOptions::max_time_ratio`, the largest batch whose "
-           "time per sample, measured by fit_batch (median of ten timed "
-           "steps after three) at the answer, is at most that multiple of no "
-           "checkpointing's measured at its own (none: the largest batch "
-           "that fits at any cost); the last column is that ratio, the "
-           "column before it the same ratio from this scenario's own timed "
-           "rounds. Ratios against no checkpointing.";
+           "predicted time per sample (simulate() on the chain profiled at "
+           "that batch) is at most that multiple of no checkpointing's at "
+           "its own answer (none: the largest batch that fits at any cost); "
+           "fit_batch then times its answers against no checkpointing's in "
+           "10 paired rounds. The last two columns are fit_batch's: the "
+           "predicted ratio the limit was applied to and its measured "
+           "confirmation; the `time per sample ratio` column is the same "
+           "ratio from this scenario's own timed rounds. Ratios against no "
+           "checkpointing.";
   section.add_text(about.str());
   section.add_table(std::move(table));
   return section;

@@ -13,8 +13,9 @@
 // longer fits moves the answer down; one that fits is tried one size up),
 // and one training step at that size, run by PlannedChain under the plan, is
 // measured (a measured peak over the cap moves it down again). So every
-// answer returned was seen to fit, and its time per sample is a measured
-// one. How: docs/planned_execution.md. fit_size() also takes a graph of
+// answer returned was seen to fit. Under a time limit, answers are chosen on
+// predicted times and then timed against no checkpointing's in paired
+// rounds. How: docs/planned_execution.md. fit_size() also takes a graph of
 // stages (remat/graph.h, a U-Net): the same search with the graph's
 // strategies (no checkpointing, every stage checkpointed, the optimal graph
 // plan), each step run by PlannedGraph.
@@ -29,6 +30,7 @@
 #include <torch/types.h>
 
 #include "remat/graph.h"
+#include "remat/measure/statistics.h"
 #include "remat/planner/plan.h"
 #include "remat/profile.h"
 #include "remat/stage.h"
@@ -51,12 +53,16 @@ struct FitOptions {
   TORCH_ARG(ProfileOptions, profile) = ProfileOptions().warmup(1).repeats(1);
   /// The largest time per sample a checkpointing strategy may take, as a
   /// multiple of no checkpointing's at its own answer (e.g. 1.3: at most
-  /// 30 % slower per sample), both measured: with a limit, every check
-  /// runs 3 untimed steps and 10 timed ones, and
-  /// FitAnswer::measured_step_ms is the timed ones' median. A strategy over the
-  /// limit at its largest fitting batch gets the largest batch between no
-  /// checkpointing's answer and that one within it (0 if none measures
-  /// within it). 0: no limit, the largest batch that fits whatever it costs.
+  /// 30 % slower per sample), as predicted: simulate()'s time of the plan on
+  /// the chain profiled at that batch (FitAnswer::predicted_time_ratio). A
+  /// strategy over the limit at its largest fitting batch gets the largest
+  /// batch between no checkpointing's answer and that one within it (0 if
+  /// none is). The optimal strategy's answer is never smaller than
+  /// checkpoint_sequential's. Then the answers are timed against no
+  /// checkpointing's in 10 interleaved rounds after 3 untimed ones
+  /// (FitAnswer::measured_time_ratio, with its interval: whether the
+  /// measured time confirms the limit). 0: no limit, the largest batch that
+  /// fits whatever it costs (each answer's time is then one step's).
   /// Without a fitting no-checkpointing answer there is no reference and no
   /// limit. Default: 0.
   TORCH_ARG(double, max_time_ratio) = 0;
@@ -83,8 +89,17 @@ struct FitAnswer {
   int64_t measured_peak_bytes = 0;   ///< the measured step's activation peak
                                      ///< plus the input's bytes
   /// The measured step's time (with a time limit: the median of the timed
-  /// steps).
+  /// rounds).
   double measured_step_ms = 0;
+  /// With a time limit: the plan's predicted time per unit of size over no
+  /// checkpointing's at its answer, the figure the limit was applied to;
+  /// 0 otherwise.
+  double predicted_time_ratio = 0;
+  /// With a time limit: the measured time per unit of size over no
+  /// checkpointing's at its answer, paired by round (both run in each of
+  /// the 10 timed rounds), with its 95 % interval. rounds == 0 where not
+  /// measured: no limit, size 0, or no checkpointing's own answer.
+  measure::RatioInterval measured_time_ratio;
   /// Measured time per sample: measured_step_ms / batch (0 if batch is 0).
   double ms_per_sample() const {
     return batch > 0 ? measured_step_ms / static_cast<double>(batch) : 0;
@@ -150,7 +165,8 @@ struct FitSizeOptions {
   TORCH_ARG(ProfileOptions, profile) = ProfileOptions().warmup(1).repeats(1);
   /// The largest time per unit of size (per sample for a batch, per
   /// position for a sequence length) a checkpointing strategy may take, as
-  /// a multiple of no checkpointing's at its own answer, both measured, as
+  /// a multiple of no checkpointing's at its own answer, predicted and then
+  /// timed as
   /// FitOptions::max_time_ratio. 0: no limit. Default: 0.
   TORCH_ARG(double, max_time_ratio) = 0;
   /// The loss of the measured step, from the chain output. Default: the sum

@@ -24,15 +24,25 @@
 //    at the largest size seen to fit, the next size is profiled too, so the
 //    answer is the largest whose profile fits. A few rounds at most; what
 //    is returned was seen to fit.
-// 4. With max_time_ratio, every check also times kTimedSteps steps after
-//    kWarmupSteps (their median is FitAnswer::measured_step_ms). No
-//    checkpointing's time per unit at its answer is the reference. A
-//    checkpointing strategy whose answer is over the limit bisects, on measured
-//    checks, between no checkpointing's answer and its own for the largest size
-//    within it. Times are measured, not modelled: the profile's stage times
-//    extrapolate badly to large sizes (on a CPU the time per sample grows with
-//    the batch once a step's working set leaves the caches), and a step's time
-//    is not the sum of its stages' profiled times.
+// 4. With max_time_ratio, the limit is decided on predicted times:
+//    simulate()'s time per unit of the plan on the chain profiled at that
+//    very size, against no checkpointing's at its answer. A checkpointing
+//    strategy whose answer is over the limit bisects, on checks, between no
+//    checkpointing's answer and its own for the largest size within it. Each
+//    size is profiled once per fit and the profile kept, so every strategy
+//    is judged on the same numbers there; and the optimal strategy takes the
+//    fastest of its solver's plan and the other strategies' plans (they are
+//    in its class; the solver's memory slots may miss one of them), so at a
+//    size where another strategy fits within the limit, optimal does too:
+//    its search starts from the other strategies' answers, and its answer is
+//    never smaller than theirs. (Deciding on measured steps instead made
+//    the answer follow the noise of single medians.) Then every answer is
+//    confirmed by measurement: kTimedSteps rounds after kWarmupSteps, each
+//    running no checkpointing at its answer and every strategy at its own,
+//    interleaved (the order rotating by round); a strategy's time per unit
+//    over no checkpointing's of the same round gives the paired ratio
+//    FitAnswer::measured_time_ratio with its 95 % interval, which the caller
+//    reads against the limit.
 // fit_batch is fit_size over the batch with the affine model; the only
 // thing of its own is the check that make_input(b) has batch b. A graph
 // (GraphFitProblem) runs the same steps on planner::Graph (a chain is
@@ -43,6 +53,8 @@
 #include "remat/fit.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -135,7 +147,21 @@ std::optional<Choice> choose(
   std::optional<planner::Plan> plan =
       graph.is_chain() ? planner::solve_optimal(graph.as_chain(), cap_bytes)
                        : planner::solve_optimal(graph, cap_bytes);
-  return plan ? fits(std::move(*plan), 0) : std::nullopt;
+  std::optional<Choice> best = plan ? fits(std::move(*plan), 0) : std::nullopt;
+  // The other strategies' plans are in the optimal plan's class; the
+  // solver's memory slots may miss one that fits (NOTE: [Fitting a size], 4).
+  std::vector<std::string> contained{"per-block"};
+  if (graph.is_chain()) {
+    contained.push_back("checkpoint_sequential");
+  }
+  for (const std::string& other : contained) {
+    std::optional<Choice> choice = choose(other, graph, cap_bytes);
+    if (choice && (!best || choice->time_ms < best->time_ms)) {
+      choice->segments = 0;
+      best = std::move(choice);
+    }
+  }
+  return best;
 }
 
 /// The largest size in [lo, hi] that `strategy` fits under the cap on the
@@ -204,42 +230,36 @@ std::vector<std::shared_ptr<torch::nn::Module>> modules_of_problem(
   return detail::modules_of(detail::module_holders(problem.stages));
 }
 
-/// Training steps of `problem` under `plan`: the first measures the peak
-/// and, unless `timed`, the time; if `timed`, the time is the median of
-/// kTimedSteps after kWarmupSteps. Fills the measured fields of `answer`.
+/// One training step of `net` on `problem`'s input, measured.
+template <typename Problem, typename Net>
+measure::StepMeasurement measured_step(
+    const Problem& problem, Net& net, const FitSizeOptions& options) {
+  const torch::Tensor& input = problem.input;
+  return measure::measure_step(input.device(), [&] {
+    // The output goes with the loss's backward, as in a training loop.
+    const torch::Tensor output = net->forward(input);
+    return options.loss() ? options.loss()(output)
+                          : output.to(torch::kFloat).sum();
+  });
+}
+
+/// One training step of `problem` under `plan`, its peak and time in the
+/// measured fields of `answer`.
 template <typename Problem>
-void measure_steps(
+void measure_step(
     const Problem& problem,
     const planner::Plan& plan,
     const FitSizeOptions& options,
-    bool timed,
     FitAnswer& answer) {
-  const torch::Tensor& input = problem.input;
   auto net = planned(problem, plan, options.profile().selective_policy());
-  detail::ModelStateGuard state(modules_of_problem(problem), input.device());
-  std::vector<double> times;
-  const int steps = timed ? kWarmupSteps + kTimedSteps : 1;
-  for (int step = 0; step < steps; ++step) {
-    const measure::StepMeasurement measured =
-        measure::measure_step(input.device(), [&] {
-          // The output goes with the loss's backward, as in a training loop.
-          const torch::Tensor output = net->forward(input);
-          return options.loss() ? options.loss()(output)
-                                : output.to(torch::kFloat).sum();
-        });
-    if (step == 0) {
-      // The memory model counts the input.
-      answer.measured_peak_bytes = measured.activation_peak_bytes() +
-                                   static_cast<int64_t>(input.nbytes());
-      answer.measured_step_ms = measured.step_ms();
-    }
-    if (step >= kWarmupSteps) {
-      times.push_back(measured.step_ms());
-    }
-  }
-  if (!times.empty()) {
-    answer.measured_step_ms = measure::summarize(times).median;
-  }
+  detail::ModelStateGuard state(
+      modules_of_problem(problem), problem.input.device());
+  const measure::StepMeasurement measured =
+      measured_step(problem, net, options);
+  // The memory model counts the input.
+  answer.measured_peak_bytes = measured.activation_peak_bytes() +
+                               static_cast<int64_t>(problem.input.nbytes());
+  answer.measured_step_ms = measured.step_ms();
 }
 
 /// How the entry point calling fit() names itself and its size options in
@@ -340,7 +360,7 @@ ChainModel profiled_model(
 }
 
 /// One check at a size: the chain profiled there and, if the strategy fits
-/// it under the cap, its measured steps; an answer if they stayed under.
+/// it under the cap, its measured step; an answer if it stayed under.
 struct Check {
   planner::Graph graph;
   std::optional<FitAnswer> answer;
@@ -353,12 +373,18 @@ struct Checker {
   const Problems<Problem>& problems;
   const FitSizeOptions& options;
   int64_t cap_bytes = 0;
-  /// With a time limit every check times its steps.
-  bool timed = false;
+  /// The chain profiled at each size checked, profiled once per fit.
+  mutable std::map<int64_t, planner::Graph> profiles;
 
   Check operator()(const std::string& strategy, int64_t size) const {
     const Problem problem = problems.at(size);
-    Check result{profile_problem(problem, options.profile()), {}};
+    auto profiled = profiles.find(size);
+    if (profiled == profiles.end()) {
+      profiled =
+          profiles.emplace(size, profile_problem(problem, options.profile()))
+              .first;
+    }
+    Check result{profiled->second, {}};
     if (std::optional<Choice> choice =
             choose(strategy, result.graph, cap_bytes)) {
       FitAnswer candidate;
@@ -369,7 +395,7 @@ struct Checker {
       candidate.plan = choice->plan;
       candidate.predicted_peak_bytes = choice->peak_bytes;
       candidate.predicted_step_ms = choice->time_ms;
-      measure_steps(problem, choice->plan, options, timed, candidate);
+      measure_step(problem, choice->plan, options, candidate);
       result.measured_over_cap = candidate.measured_peak_bytes > cap_bytes;
       if (!result.measured_over_cap) {
         result.answer = std::move(candidate);
@@ -430,39 +456,104 @@ FitAnswer largest_under_cap(
   return answer;
 }
 
-/// A measured step's time per unit of size.
-double ms_per_unit(const FitAnswer& answer) {
-  return answer.measured_step_ms / static_cast<double>(answer.size);
+/// The predicted time per unit of size of an answer's plan (simulate() on
+/// the chain profiled at its size).
+double predicted_ms_per_unit(const FitAnswer& answer) {
+  return answer.predicted_step_ms / static_cast<double>(answer.size);
 }
 
 /// Step 4 (NOTE: [Fitting a size]), for a strategy over the time limit at
 /// the cap's answer `at_cap`: the largest size from no checkpointing's
-/// answer (`reference_size`) up whose measured time per unit is within
-/// `limit_ms_per_unit`, by bisection on measured times (they grow with the
-/// size as the plan recomputes more under the same cap); an answer of size
-/// 0 when none is.
+/// answer (`reference_size`) up whose predicted time per unit is within
+/// `limit_ms_per_unit`, by bisection (the time grows with the size as the
+/// plan recomputes more under the same cap), tried first at `known_within`
+/// (0: none), a size where a strategy in this one's class was within; an
+/// answer of size 0 when no size is.
 template <typename Problem>
 FitAnswer largest_within_time(
     const std::string& strategy,
     const FitAnswer& at_cap,
     int64_t reference_size,
+    int64_t known_within,
     double limit_ms_per_unit,
     const Checker<Problem>& check) {
   FitAnswer within;
   within.strategy = strategy;
   int64_t lo = std::min(reference_size, at_cap.size - 1);
   int64_t hi = at_cap.size - 1;
+  auto try_size = [&](int64_t size) {
+    Check result = check(strategy, size);
+    if (result.answer &&
+        predicted_ms_per_unit(*result.answer) <= limit_ms_per_unit) {
+      within = std::move(*result.answer);
+      return true;
+    }
+    return false;
+  };
+  if (known_within > lo && known_within <= hi && try_size(known_within)) {
+    lo = known_within + 1;
+  }
   while (lo <= hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    Check result = check(strategy, mid);
-    if (result.answer && ms_per_unit(*result.answer) <= limit_ms_per_unit) {
-      within = std::move(*result.answer);
+    if (try_size(mid)) {
       lo = mid + 1;
     } else {
       hi = mid - 1;
     }
   }
   return within;
+}
+
+/// The confirmation of step 4 (NOTE: [Fitting a size]): `answers[0]` (no
+/// checkpointing, which has a size: it is the reference) and every other
+/// answer with a size, each at its own size
+/// under its plan, in interleaved rounds; fills measured_step_ms (the median
+/// of the timed rounds) and, for the others, measured_time_ratio.
+template <typename Problem>
+void confirm_times(
+    const Problems<Problem>& problems,
+    const FitSizeOptions& options,
+    std::vector<FitAnswer>& answers) {
+  std::vector<FitAnswer*> timed;
+  for (FitAnswer& answer : answers) {
+    if (answer.size > 0) {
+      timed.push_back(&answer);
+    }
+  }
+  std::vector<Problem> timed_problems;
+  std::vector<std::unique_ptr<detail::ModelStateGuard>> guards;
+  for (const FitAnswer* answer : timed) {
+    timed_problems.push_back(problems.at(answer->size));
+    guards.push_back(std::make_unique<detail::ModelStateGuard>(
+        modules_of_problem(timed_problems.back()),
+        timed_problems.back().input.device()));
+  }
+  const Policy& policy = options.profile().selective_policy();
+  std::vector<decltype(planned(timed_problems.front(), {}, policy))> nets;
+  for (size_t i = 0; i < timed.size(); ++i) {
+    nets.push_back(planned(timed_problems[i], timed[i]->plan, policy));
+  }
+  // ms per unit of size, per timed round, per answer timed.
+  std::vector<std::vector<double>> per_unit(timed.size());
+  std::vector<std::vector<double>> step_ms(timed.size());
+  for (int round = 0; round < kWarmupSteps + kTimedSteps; ++round) {
+    for (size_t k = 0; k < timed.size(); ++k) {
+      const size_t i = (k + static_cast<size_t>(round)) % timed.size();
+      const double ms =
+          measured_step(timed_problems[i], nets[i], options).step_ms();
+      if (round >= kWarmupSteps) {
+        step_ms[i].push_back(ms);
+        per_unit[i].push_back(ms / static_cast<double>(timed[i]->size));
+      }
+    }
+  }
+  for (size_t i = 0; i < timed.size(); ++i) {
+    timed[i]->measured_step_ms = measure::summarize(step_ms[i]).median;
+    if (i > 0) {
+      timed[i]->measured_time_ratio =
+          measure::paired_ratio(per_unit[i], per_unit[0]);
+    }
+  }
 }
 
 /// fit_size under the names of its caller (NOTE: [Fitting a size]).
@@ -475,32 +566,47 @@ std::vector<FitAnswer> fit(
   check_arguments(make_problem, cap_bytes, options, names);
   const Problems<Problem> problems(make_problem, names);
   const ChainModel model = profiled_model(problems, options);
-  const Checker<Problem> check{
-      problems, options, cap_bytes, options.max_time_ratio() > 0};
+  const Checker<Problem> check{problems, options, cap_bytes, {}};
+  const double limit = options.max_time_ratio();
 
   std::vector<FitAnswer> answers;
-  double reference_ms_per_unit = 0;  // none's, measured at its answer
-  int64_t reference_size = 0;
+  answers.reserve(Strategies<Problem>::names().size());  // `reference` stays
+  const FitAnswer* reference = nullptr;  // no checkpointing's, if it fits
+  // The largest answer of a strategy in the optimal plan's class.
+  int64_t contained_size = 0;
   for (const std::string& strategy : Strategies<Problem>::names()) {
     FitAnswer answer = largest_under_cap(
         strategy, model, check, options.probe_size(), options.max_size());
-    if (strategy == "none") {
-      if (answer.size > 0) {
-        reference_ms_per_unit = ms_per_unit(answer);
-        reference_size = answer.size;
+    if (strategy != "none" && limit > 0 && reference != nullptr &&
+        answer.size > 0) {
+      const double limit_ms_per_unit =
+          limit * predicted_ms_per_unit(*reference);
+      if (predicted_ms_per_unit(answer) > limit_ms_per_unit) {
+        answer = largest_within_time(
+            strategy,
+            answer,
+            reference->size,
+            strategy == "optimal" ? contained_size : 0,
+            limit_ms_per_unit,
+            check);
       }
-    } else if (
-        check.timed && reference_size > 0 && answer.size > 0 &&
-        ms_per_unit(answer) >
-            options.max_time_ratio() * reference_ms_per_unit) {
-      answer = largest_within_time(
-          strategy,
-          answer,
-          reference_size,
-          options.max_time_ratio() * reference_ms_per_unit,
-          check);
+    }
+    if (strategy != "none" && strategy != "optimal") {
+      contained_size = std::max(contained_size, answer.size);
     }
     answers.push_back(std::move(answer));
+    if (strategy == "none" && answers.back().size > 0) {
+      reference = &answers.back();
+    }
+  }
+  if (limit > 0 && reference != nullptr) {
+    for (FitAnswer& answer : answers) {
+      if (answer.size > 0) {
+        answer.predicted_time_ratio =
+            predicted_ms_per_unit(answer) / predicted_ms_per_unit(*reference);
+      }
+    }
+    confirm_times(problems, options, answers);
   }
   return answers;
 }

@@ -400,8 +400,57 @@ void render_fit_json(
           {{"peak_bytes", answer.measured_peak_bytes},
            {"step_ms", answer.measured_step_ms},
            {"ms_per_sample", answer.ms_per_sample()}}}});
+    if (options.max_time_ratio > 0) {
+      const measure::RatioInterval& ratio = answer.measured_time_ratio;
+      report["answers"].back()["predicted"]["time_ratio"] =
+          answer.predicted_time_ratio;
+      report["answers"].back()["measured"]["time_ratio"] =
+          ratio.rounds == 0 ? nlohmann::json(nullptr)
+                            : nlohmann::json{
+                                  {"median", ratio.median},
+                                  {"low", ratio.low},
+                                  {"high", ratio.high},
+                                  {"rounds", ratio.rounds},
+                                  {"has_interval", ratio.has_interval}};
+    }
   }
   out << report.dump(2) << '\n';
+}
+
+/// Under --max-time-ratio: each answer's time per unit against no
+/// checkpointing's, predicted (what the limit was applied to) and measured
+/// in paired rounds.
+void render_time_limit(
+    const FitCommandOptions& options,
+    const std::vector<FitAnswer>& answers,
+    std::ostringstream& text) {
+  text << "\ntime per unit of the size fitted, against none's "
+          "(--max-time-ratio "
+       << std::setprecision(2) << options.max_time_ratio
+       << "): predicted, which the limit applies to; measured in paired "
+          "rounds, with the 95% interval\n";
+  for (const FitAnswer& answer : answers) {
+    const measure::RatioInterval& ratio = answer.measured_time_ratio;
+    if (answer.size == 0 || ratio.rounds == 0) {
+      continue;
+    }
+    std::string name = answer.strategy;
+    if (answer.segments > 0) {
+      name += "(" + std::to_string(answer.segments) + ")";
+    }
+    text << "  " << std::left << std::setw(26) << name << std::right
+         << std::setprecision(2) << answer.predicted_time_ratio
+         << "x predicted, " << ratio.median << "x measured";
+    if (ratio.has_interval) {
+      text << " [" << ratio.low << ", " << ratio.high << "]"
+           << (ratio.low > options.max_time_ratio
+                   ? ": over the limit as measured"
+               : ratio.high <= options.max_time_ratio
+                   ? ": within the limit as measured"
+                   : "");
+    }
+    text << '\n';
+  }
 }
 
 void render_fit_text(
@@ -491,6 +540,9 @@ void render_fit_text(
          << std::setw(9) << std::setprecision(2)
          << (relative ? ms_per_unit(answer) / ms_per_unit(none) : 0)
          << (at_bound ? "  *" : "") << '\n';
+  }
+  if (options.max_time_ratio > 0 && none.size > 0) {
+    render_time_limit(options, fitted.answers, text);
   }
   if (any_at_bound) {
     text << "\n* at the search bound (" << names.bound << " "
