@@ -148,18 +148,17 @@ std::optional<Choice> choose(
       graph.is_chain() ? planner::solve_optimal(graph.as_chain(), cap_bytes)
                        : planner::solve_optimal(graph, cap_bytes);
   std::optional<Choice> best = plan ? fits(std::move(*plan), 0) : std::nullopt;
-  // The other strategies' plans are in the optimal plan's class; the
+  // The other strategy's plans are in the optimal plan's class; the
   // solver's memory slots may miss one that fits (NOTE: [Fitting a size], 4).
-  std::vector<std::string> contained{"per-block"};
-  if (graph.is_chain()) {
-    contained.push_back("checkpoint_sequential");
-  }
-  for (const std::string& other : contained) {
-    std::optional<Choice> choice = choose(other, graph, cap_bytes);
-    if (choice && (!best || choice->time_ms < best->time_ms)) {
-      choice->segments = 0;
-      best = std::move(choice);
-    }
+  // A chain's other strategy is checkpoint_sequential (a chain plan, which
+  // PlannedChain runs), a graph's per-block.
+  std::optional<Choice> other = choose(
+      graph.is_chain() ? "checkpoint_sequential" : "per-block",
+      graph,
+      cap_bytes);
+  if (other && (!best || other->time_ms < best->time_ms)) {
+    other->segments = 0;
+    best = std::move(other);
   }
   return best;
 }
