@@ -337,8 +337,15 @@ Plan solve_min_memory(const Chain& chain) {
   return min_memory_plan(Recurrence(bytes, cells));
 }
 
-std::optional<Plan> solve_optimal(
-    const Chain& chain, int64_t budget_bytes, const SolverOptions& options) {
+namespace {
+
+// solve_optimal with the table filled by `kind`: the pruned, grouped fill
+// (kFiltered) or the plain one (kReference, for tests).
+std::optional<Plan> solve_optimal_filled_by(
+    const Chain& chain,
+    int64_t budget_bytes,
+    const SolverOptions& options,
+    FillKind kind) {
   if (budget_bytes <= 0) {
     throw std::invalid_argument(
         "remat::planner::solve_optimal: budget_bytes: expected > 0, got " +
@@ -388,13 +395,21 @@ std::optional<Plan> solve_optimal(
   if (!dp.fits()) {
     return fastest_that_fits_bytes();
   }
-  dp.fill(FillKind::kFiltered, fill_threads(chain, options));
+  dp.fill(kind, fill_threads(chain, options));
   Plan plan = dp.fastest_plan();
   const Simulation check = simulate(chain, plan);
   REMAT_PLANNER_CHECK(check.valid, "the optimal plan is not valid");
   REMAT_PLANNER_CHECK(
       check.peak_bytes <= budget_bytes, "the optimal plan exceeds the budget");
   return plan;
+}
+
+}  // namespace
+
+std::optional<Plan> solve_optimal(
+    const Chain& chain, int64_t budget_bytes, const SolverOptions& options) {
+  return solve_optimal_filled_by(
+      chain, budget_bytes, options, FillKind::kFiltered);
 }
 
 namespace detail {
@@ -415,6 +430,14 @@ std::vector<double> optimal_time_table(
   }
   dp.fill(kind, threads);
   return dp.times();
+}
+
+std::optional<Plan> optimal_plan(
+    const Chain& chain,
+    int64_t budget_bytes,
+    const SolverOptions& options,
+    FillKind kind) {
+  return solve_optimal_filled_by(chain, budget_bytes, options, kind);
 }
 
 }  // namespace detail
