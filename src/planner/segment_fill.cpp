@@ -46,27 +46,42 @@ struct Target {
 // subproblems at the top would be tighter but costs two cache misses per
 // option. REQUIRES: target is the option's segment; its cells are the
 // table's.
-void relax(const Target& target, const SegmentOption& option) {
-  if (option.from > target.top) {
+void relax(
+    const Target& target,
+    int64_t from,
+    int64_t shift,
+    double constant_ms,
+    const SegmentCell& first,
+    const SegmentCell* second) {
+  if (from > target.top) {
     return;
   }
-  const Time constant = static_cast<Time>(option.constant_ms);
-  Time* best = target.cell->at_address(option.from);
-  const int64_t count = target.top - option.from + 1;
-  const SegmentCell& first = *option.first;
-  const Time* first_times = first.at_address(option.from - option.shift);
-  if (option.is_record()) {
+  const Time constant = static_cast<Time>(constant_ms);
+  Time* best = target.cell->at_address(from);
+  const int64_t count = target.top - from + 1;
+  const Time* first_times = first.at_address(from - shift);
+  if (second == nullptr) {
     min_plus_one(best, count, constant + first.last, constant, first_times);
     return;
   }
-  const SegmentCell& second = *option.second;
   min_plus_two(
       best,
       count,
-      (constant + first.last) + second.last,
+      (constant + first.last) + second->last,
       constant,
       first_times,
-      second.at_address(option.from));
+      second->at_address(from));
+}
+
+// The same for `option` (a record, or a split).
+void relax(const Target& target, const SegmentOption& option) {
+  relax(
+      target,
+      option.from,
+      option.shift,
+      option.constant_ms,
+      *option.first,
+      option.is_record() ? nullptr : option.second);
 }
 
 // Segments (a, b) are filled in blocks of kBlock consecutive b (block k:
@@ -108,18 +123,28 @@ constexpr int64_t kGroup = 8;
 constexpr int64_t kPrefetchLines = 8;
 constexpr int64_t kFloatsPerLine = 64 / sizeof(Time);
 
-// Asks the cache for the first lines `split` will stream from its row (j, b)
-// when it is relaxed into `target`.
-void prefetch_streamed_row(const Target& target, const SegmentOption& split) {
-  if (split.from > target.top) {
+// Asks the cache for the first lines an option feasible from `from` will
+// stream from its row `first` (at m - shift) when it is relaxed into
+// `target`.
+void prefetch_streamed_row(
+    const Target& target,
+    int64_t from,
+    int64_t shift,
+    const SegmentCell& first) {
+  if (from > target.top) {
     return;
   }
-  const Time* start = split.first->at_address(split.from - split.shift);
+  const Time* start = first.at_address(from - shift);
   const int64_t lines = std::min<int64_t>(
-      kPrefetchLines, (target.top - split.from) / kFloatsPerLine + 1);
+      kPrefetchLines, (target.top - from) / kFloatsPerLine + 1);
   for (int64_t line = 0; line < lines; ++line) {
     __builtin_prefetch(start + line * kFloatsPerLine);
   }
+}
+
+// The same for `split`.
+void prefetch_streamed_row(const Target& target, const SegmentOption& split) {
+  prefetch_streamed_row(target, split.from, split.shift, *split.first);
 }
 
 // The targets of one group of rows of one block: the cells (a, b) of
@@ -160,6 +185,7 @@ class GroupTargets {
 // (j, b) of those j and the rows (a, j - 1) are done.
 void fill_outer_splits(
     const Recurrence& recurrence,
+    const SegmentCostTable& table,
     GroupTargets& targets,
     int64_t a_low,
     int64_t a_high,
@@ -174,15 +200,46 @@ void fill_outer_splits(
     }
     splits.push_back(split);
   }
+  const UnitChain& chain = recurrence.chain();
+  const int64_t rows = a_high - a_low + 1;
   for (;;) {
+    // Split j of the group's rows: x_j and each row's (a, j - 1) are
+    // shared by every b (Recurrence::split, taken apart).
     const int64_t j = splits.front().split();
+    const int64_t kept_units = splits.front().kept_units();
     for (int64_t b = first_b; b < end_b; ++b) {
+      const SegmentCell& first = table.row(j, b);
+      const int64_t pending_grad_units = chain.pending_grad_units(b);
+      const auto from = [&](const SplitAt& split) {
+        return SplitAt::from(
+            pending_grad_units,
+            split.peak_units(),
+            kept_units,
+            first.lo,
+            split.earlier().lo);
+      };
       if (b + 1 < end_b) {
+        const SegmentCell& next = table.row(j, b + 1);
         prefetch_streamed_row(
-            targets.at(a_low, b + 1), recurrence.split(splits.front(), b + 1));
+            targets.at(a_low, b + 1),
+            SplitAt::from(
+                chain.pending_grad_units(b + 1),
+                splits.front().peak_units(),
+                kept_units,
+                next.lo,
+                splits.front().earlier().lo),
+            kept_units,
+            next);
       }
-      for (int64_t g = 0; g <= a_high - a_low; ++g) {
-        relax(targets.at(a_low + g, b), recurrence.split(splits[g], b));
+      for (int64_t g = 0; g < rows; ++g) {
+        const SplitAt& split = splits[g];
+        relax(
+            targets.at(a_low + g, b),
+            from(split),
+            kept_units,
+            split.forward_ms(),
+            first,
+            &split.earlier());
       }
     }
     if (j == first_b) {
@@ -210,7 +267,8 @@ void fill_group_of_block(
       a_low == a_high || a_high < first_b, "a group reaching into its block");
   GroupTargets targets(table, a_low, a_high, first_b, end_b);
   if (a_high < first_b) {
-    fill_outer_splits(recurrence, targets, a_low, a_high, first_b, end_b);
+    fill_outer_splits(
+        recurrence, table, targets, a_low, a_high, first_b, end_b);
   }
   for (int64_t a = a_high; a >= a_low; --a) {
     const int64_t low_b = std::max(a + 1, first_b);
