@@ -46,7 +46,7 @@ struct Target {
 // subproblems at the top would be tighter but costs two cache misses per
 // option. REQUIRES: target is the option's segment; its cells are the
 // table's.
-void relax(
+inline void relax(
     const Target& target,
     int64_t from,
     int64_t shift,
@@ -142,9 +142,36 @@ void prefetch_streamed_row(
   }
 }
 
-// The same for `split`.
-void prefetch_streamed_row(const Target& target, const SegmentOption& split) {
-  prefetch_streamed_row(target, split.from, split.shift, *split.first);
+// Least memory of split `split` of segment (split.first(), b), whose row
+// (j, b) is `first` and whose pending gradient is pending_grad_units:
+// Recurrence::split taken apart, so that what does not depend on b (the
+// forwards, x_j, the row (a, j - 1)) is read once.
+int64_t split_from(
+    int64_t pending_grad_units,
+    const SplitAt& split,
+    const SegmentCell& first) {
+  return SplitAt::from(
+      pending_grad_units,
+      split.peak_units(),
+      split.kept_units(),
+      first.lo,
+      split.earlier().lo);
+}
+
+// Relaxes split `split` of segment (split.first(), b) into `target`; `first`
+// is the row (j, b), `from` its split_from.
+void relax_split(
+    const Target& target,
+    const SplitAt& split,
+    const SegmentCell& first,
+    int64_t from) {
+  relax(
+      target,
+      from,
+      split.kept_units(),
+      split.forward_ms(),
+      first,
+      &split.earlier());
 }
 
 // The targets of one group of rows of one block: the cells (a, b) of
@@ -203,43 +230,24 @@ void fill_outer_splits(
   const UnitChain& chain = recurrence.chain();
   const int64_t rows = a_high - a_low + 1;
   for (;;) {
-    // Split j of the group's rows: x_j and each row's (a, j - 1) are
-    // shared by every b (Recurrence::split, taken apart).
     const int64_t j = splits.front().split();
-    const int64_t kept_units = splits.front().kept_units();
     for (int64_t b = first_b; b < end_b; ++b) {
-      const SegmentCell& first = table.row(j, b);
-      const int64_t pending_grad_units = chain.pending_grad_units(b);
-      const auto from = [&](const SplitAt& split) {
-        return SplitAt::from(
-            pending_grad_units,
-            split.peak_units(),
-            kept_units,
-            first.lo,
-            split.earlier().lo);
-      };
       if (b + 1 < end_b) {
         const SegmentCell& next = table.row(j, b + 1);
         prefetch_streamed_row(
             targets.at(a_low, b + 1),
-            SplitAt::from(
-                chain.pending_grad_units(b + 1),
-                splits.front().peak_units(),
-                kept_units,
-                next.lo,
-                splits.front().earlier().lo),
-            kept_units,
+            split_from(chain.pending_grad_units(b + 1), splits.front(), next),
+            splits.front().kept_units(),
             next);
       }
+      const SegmentCell& first = table.row(j, b);  // shared by the group
+      const int64_t pending_grad_units = chain.pending_grad_units(b);
       for (int64_t g = 0; g < rows; ++g) {
-        const SplitAt& split = splits[g];
-        relax(
+        relax_split(
             targets.at(a_low + g, b),
-            from(split),
-            kept_units,
-            split.forward_ms(),
+            splits[g],
             first,
-            &split.earlier());
+            split_from(pending_grad_units, splits[g], first));
       }
     }
     if (j == first_b) {
@@ -266,6 +274,7 @@ void fill_group_of_block(
   REMAT_PLANNER_CHECK(
       a_low == a_high || a_high < first_b, "a group reaching into its block");
   GroupTargets targets(table, a_low, a_high, first_b, end_b);
+  const UnitChain& chain = recurrence.chain();
   if (a_high < first_b) {
     fill_outer_splits(
         recurrence, table, targets, a_low, a_high, first_b, end_b);
@@ -290,15 +299,21 @@ void fill_group_of_block(
       }
       // Split j of every b of the block, the streamed row of the next b
       // prefetched while this one is relaxed.
-      const int64_t first_b_of_split = std::max(j, low_b);
-      SegmentOption next = recurrence.split(split, first_b_of_split);
-      for (int64_t b = first_b_of_split; b < end_b; ++b) {
-        const SegmentOption option = next;
+      for (int64_t b = std::max(j, low_b); b < end_b; ++b) {
+        const SegmentCell& first = table.row(j, b);
         if (b + 1 < end_b) {
-          next = recurrence.split(split, b + 1);
-          prefetch_streamed_row(target(b + 1), next);
+          const SegmentCell& next = table.row(j, b + 1);
+          prefetch_streamed_row(
+              target(b + 1),
+              split_from(chain.pending_grad_units(b + 1), split, next),
+              split.kept_units(),
+              next);
         }
-        relax(target(b), option);
+        relax_split(
+            target(b),
+            split,
+            first,
+            split_from(chain.pending_grad_units(b), split, first));
       }
     }
     table.finish_row(a, end_b - 1);
