@@ -36,15 +36,20 @@ struct Target {
   int64_t top = 0;
 };
 
-// Applies `option` to its segment's row on [option.from, target.top]:
-// row(m) = min(row(m), option's time at m), by the kernels of
+// Applies an option to its segment's row on [from, target.top]: row(m) =
+// min(row(m), option's time at m), by the kernels of
 // fill_kernels.h. The option and the row are non-increasing in m, so the
 // option's time at max_slots bounds it from below on that range; it can only
 // win where the best so far is above that bound, which is a prefix of the
-// range: the kernels stop at the end of that prefix. The bound is read from
+// range: the kernels stop at the end of that prefix, and skip the chunks
+// inside it where the option cannot win either (NOTE: [Chunks an option
+// cannot win] in fill_kernels.h). The bound is read from
 // the cells (SegmentCell::last), which the fill reads anyway; reading the
 // subproblems at the top would be tighter but costs two cache misses per
-// option. REQUIRES: target is the option's segment; its cells are the
+// option. The option is given by its parts (SegmentOption): feasible from
+// `from`, its own time constant_ms, its first subsegment's row `first` read
+// at m - shift, and its second subsegment's row `second` (nullptr for a
+// record). REQUIRES: target is the option's segment; its cells are the
 // table's.
 inline void relax(
     const Target& target,
