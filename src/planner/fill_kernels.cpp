@@ -64,9 +64,11 @@ inline void min_plus_chunk(
 }
 
 // best[k] = min(best[k], option(k)) over [0, count), kChunk slots at a time,
-// stopping before a chunk whose first best is <= bound. The last partial
-// chunk is done as the full chunk ending at count: min is idempotent, so
-// slots it updates twice end the same.
+// stopping before a chunk whose first best is <= bound, and skipping a chunk
+// whose first best is <= the option's time at the chunk's last slot (NOTE:
+// [Chunks an option cannot win]). The last partial chunk is done as the full
+// chunk ending at count: min is idempotent, so slots it updates twice end
+// the same.
 template <bool kTwo>
 inline void bounded_min_plus(
     Time* best,
@@ -83,6 +85,12 @@ inline void bounded_min_plus(
   for (; k + kChunk <= count; k += kChunk) {
     if (!(best[k] > bound)) {
       return;
+    }
+    const int64_t last = k + kChunk - 1;
+    const Time least = option_value<kTwo>(
+        constant_ms, first[last], kTwo ? second[last] : Time{});
+    if (!(best[k] > least)) {
+      continue;
     }
     min_plus_chunk<kTwo>(best, k, constant_lanes, first, second);
   }

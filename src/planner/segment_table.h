@@ -55,6 +55,11 @@ class SegmentArray {
   int64_t stages() const {
     return stages_;
   }
+  /// The cells (0, b), (1, b), ..., (b, b), which lie side by side: element
+  /// a of the result is (a, b).
+  const T* column(int64_t b) const {
+    return &at(0, b);
+  }
 
  private:
   size_t index(int64_t a, int64_t b) const {

@@ -44,26 +44,45 @@ using detail::fill_table;
 using detail::FillKind;
 using detail::kInfeasible;
 using detail::option_time;
+using detail::RecordKind;
 using detail::Recurrence;
 using detail::reference_fill;
 using detail::SegmentArray;
 using detail::SegmentCell;
 using detail::SegmentCostTable;
 using detail::SegmentOption;
+using detail::SplitAt;
 using detail::Time;
 using detail::UnitChain;
 using detail::UnitRecord;
 
 // The cells of every segment with their bounds (lo, hi, all_ms), no rows
 // yet. O(L^3). lo is the least `from` of the segment's options; hi and
-// all_ms follow "record every stage". Segments go a descending, b ascending:
-// the options of (a, b) read the cells (a, j - 1), just written and still
-// in L1, and the cells (j, b), which lie side by side in memory.
+// all_ms follow "record every stage". Segments go a descending, b ascending.
+// The record options come from the Recurrence; the splits, which are the
+// O(L^3) part, from plain arrays: per a, each split's forwards (peak and
+// kept value, SplitAt) once for every b, the lo of (a, j - 1) as this pass
+// writes it, and the lo of (j, b) from a dense copy whose column b lies
+// side by side in memory; each split's `from` is SplitAt::from, the one
+// the Recurrence gives.
 SegmentArray<SegmentCell> segment_bounds(const UnitChain& chain) {
   const int64_t n = chain.size();
   SegmentArray<SegmentCell> cells(n);
+  SegmentArray<int64_t> lo_of(n);  // cells' lo, dense
   const Recurrence recurrence(chain, cells);
+  std::vector<int64_t> peak_units(n);  // of split j of segments from a
+  std::vector<int64_t> kept_units(n);
+  std::vector<int64_t> row_lo(n);  // lo of (a, b) for the current a
   for (int64_t a = n - 1; a >= 0; --a) {
+    if (a + 1 < n) {
+      for (SplitAt split = recurrence.first_split(a);; split.advance()) {
+        peak_units[split.split()] = split.peak_units();
+        kept_units[split.split()] = split.kept_units();
+        if (split.split() == n - 1) {
+          break;
+        }
+      }
+    }
     for (int64_t b = a; b < n; ++b) {
       const UnitRecord& r = chain.stage(a).record;
       const int64_t own = chain.record_units(a, b);
@@ -82,11 +101,26 @@ SegmentArray<SegmentCell> segment_bounds(const UnitChain& chain) {
         // rounding step, and the fill's pruning relies on rows that never
         // rise with m).
         cell.all_ms = static_cast<Time>(r.ms) + static_cast<Time>(rest.all_ms);
+        lo = std::min(lo, recurrence.record(a, b).from);
       }
-      recurrence.for_each_option(a, b, [&](const SegmentOption& option) {
-        lo = std::min(lo, option.from);
-      });
+      if (recurrence.has_selective(a)) {
+        lo = std::min(lo, recurrence.record(a, b, RecordKind::kSelective).from);
+      }
+      const int64_t pending_grad_units = chain.pending_grad_units(b);
+      const int64_t* first_lo = lo_of.column(b);  // lo of (j, b) at [j]
+      for (int64_t j = a + 1; j <= b; ++j) {
+        lo = std::min(
+            lo,
+            SplitAt::from(
+                pending_grad_units,
+                peak_units[j],
+                kept_units[j],
+                first_lo[j],
+                row_lo[j - 1]));
+      }
       cell.lo = lo;
+      lo_of.at(a, b) = lo;
+      row_lo[b] = lo;
     }
   }
   return cells;
@@ -337,8 +371,15 @@ Plan solve_min_memory(const Chain& chain) {
   return min_memory_plan(Recurrence(bytes, cells));
 }
 
-std::optional<Plan> solve_optimal(
-    const Chain& chain, int64_t budget_bytes, const SolverOptions& options) {
+namespace {
+
+// solve_optimal with the table filled by `kind`: the pruned, grouped fill
+// (kFiltered) or the plain one (kReference, for tests).
+std::optional<Plan> solve_optimal_filled_by(
+    const Chain& chain,
+    int64_t budget_bytes,
+    const SolverOptions& options,
+    FillKind kind) {
   if (budget_bytes <= 0) {
     throw std::invalid_argument(
         "remat::planner::solve_optimal: budget_bytes: expected > 0, got " +
@@ -388,13 +429,21 @@ std::optional<Plan> solve_optimal(
   if (!dp.fits()) {
     return fastest_that_fits_bytes();
   }
-  dp.fill(FillKind::kFiltered, fill_threads(chain, options));
+  dp.fill(kind, fill_threads(chain, options));
   Plan plan = dp.fastest_plan();
   const Simulation check = simulate(chain, plan);
   REMAT_PLANNER_CHECK(check.valid, "the optimal plan is not valid");
   REMAT_PLANNER_CHECK(
       check.peak_bytes <= budget_bytes, "the optimal plan exceeds the budget");
   return plan;
+}
+
+}  // namespace
+
+std::optional<Plan> solve_optimal(
+    const Chain& chain, int64_t budget_bytes, const SolverOptions& options) {
+  return solve_optimal_filled_by(
+      chain, budget_bytes, options, FillKind::kFiltered);
 }
 
 namespace detail {
@@ -415,6 +464,14 @@ std::vector<double> optimal_time_table(
   }
   dp.fill(kind, threads);
   return dp.times();
+}
+
+std::optional<Plan> optimal_plan(
+    const Chain& chain,
+    int64_t budget_bytes,
+    const SolverOptions& options,
+    FillKind kind) {
+  return solve_optimal_filled_by(chain, budget_bytes, options, kind);
 }
 
 }  // namespace detail

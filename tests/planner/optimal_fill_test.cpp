@@ -1,16 +1,20 @@
 // solve_optimal's DP fill (pruned by bounds, vectorized in AVX2/baseline
-// clones, src/planner/fill_kernels.cpp, filled by 1-3 threads) against the
-// plain definition of the DP: on seeded random chains, budgets and slot
-// counts, both fills give bit-identical tables. Also the private pieces the
-// fill stands on: its tables' accessors and REMAT_PLANNER_CHECK, which must
-// throw in every build (this file is compiled as Release too).
+// clones, src/planner/fill_kernels.cpp, rows in groups, filled by 1-3
+// threads) against the plain definition of the DP: on seeded random chains,
+// budgets and slot counts, both fills give bit-identical tables, and
+// solve_optimal gives the plan of the plain DP (ties included). Also the
+// private pieces the fill stands on: its tables' accessors and
+// REMAT_PLANNER_CHECK, which must throw in every build (this file is compiled
+// as Release too).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "check.h"
 #include "optimal_table.h"
@@ -21,6 +25,7 @@ namespace remat::planner {
 namespace {
 
 using detail::FillKind;
+using detail::optimal_plan;
 using detail::optimal_time_table;
 using testing::random_chain;
 
@@ -69,6 +74,85 @@ TEST(OptimalFill, MatchesReferenceFillOnRandomChains) {
     }
   }
   EXPECT_GT(compared_tables, kChains);  // most draws fill a table
+}
+
+// The chain with every time rounded to a multiple of 0.5 ms: many plans tie.
+Chain with_coarse_times(const Chain& chain) {
+  std::vector<StageCost> stages = chain.stages();
+  for (StageCost& s : stages) {
+    s.forward_ms = 0.5 * std::ceil(2 * s.forward_ms);
+    s.backward_ms = 0.5 * std::ceil(2 * s.backward_ms);
+    if (s.selective) {
+      s.selective->recompute_ms =
+          0.5 * std::round(2 * s.selective->recompute_ms);
+    }
+  }
+  return Chain(std::move(stages), chain.input_bytes(), chain.resident_bytes());
+}
+
+TEST(SolveOptimal, GivesThePlanOfTheReferenceFill) {
+  constexpr int kCases = 120 / testing::kCaseDivisor;
+  int64_t compared_plans = 0;
+  int64_t tables = 0;
+  for (int c = 0; c < kCases; ++c) {
+    const uint64_t seed = kBaseSeed + 1000 + c;
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    // One stage, short chains, and chains of several blocks of 16 stages
+    // (whose rows below a block are filled in groups); every third chain has
+    // selective stages, every fifth gathered parameters; a quarter have
+    // coarse times (ties), and some are uniform (ties everywhere).
+    const int64_t max_stages = c % 10 == 0 ? 1 : (c % 2 == 0 ? 12 : 70);
+    Chain chain =
+        random_chain(rng, max_stages, 1 << 12, true, c % 3 == 1, c % 5 == 4);
+    if (c % 4 == 2) {
+      chain = with_coarse_times(chain);
+    }
+    if (c % 7 == 3) {
+      chain = testing::uniform_chain(
+          1 + c % 60, StageCost{1.0, 2.0, 1000, 2500}, 1000);
+    }
+    const int64_t low = min_feasible_budget_bytes(chain);
+    const int64_t high = simulate(chain, solve_store_all(chain)).peak_bytes;
+    std::uniform_int_distribution<int64_t> between(low, high);
+    std::uniform_int_distribution<int64_t> slots(1, 700);
+    for (const int64_t budget :
+         {low - 1, low, low + 1, between(rng), between(rng), high - 1, high}) {
+      if (budget <= 0) {
+        continue;
+      }
+      for (const int64_t memory_slots : {int64_t{500}, slots(rng)}) {
+        const int64_t threads = 1 + (budget + memory_slots) % 3;
+        SCOPED_TRACE(
+            "budget " + std::to_string(budget) + " (least " +
+            std::to_string(low) + ", store-all " + std::to_string(high) +
+            ") slots " + std::to_string(memory_slots) + " threads " +
+            std::to_string(threads));
+        const SolverOptions options{memory_slots, threads};
+        const std::optional<Plan> plan = solve_optimal(chain, budget, options);
+        const std::optional<Plan> reference =
+            optimal_plan(chain, budget, options, FillKind::kReference);
+        ASSERT_EQ(plan.has_value(), reference.has_value());
+        EXPECT_EQ(plan.has_value(), budget >= low);
+        if (!plan) {
+          continue;
+        }
+        EXPECT_EQ(plan->to_string(), reference->to_string());
+        const Simulation sim = simulate(chain, *plan);
+        EXPECT_TRUE(sim.valid) << sim.error;
+        EXPECT_LE(sim.peak_bytes, budget);
+        ++compared_plans;
+        tables += budget < high &&
+                          !optimal_time_table(
+                               chain, budget, memory_slots, FillKind::kFiltered)
+                               .empty()
+                      ? 1
+                      : 0;
+      }
+    }
+  }
+  EXPECT_GT(compared_plans, 5 * kCases);
+  EXPECT_GT(tables, 2 * kCases);  // most budgets below store-all fill a table
 }
 
 TEST(PlannerCheck, ThrowsLogicErrorNamingConditionPlaceAndMessage) {
