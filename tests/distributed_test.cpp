@@ -761,12 +761,15 @@ TEST(ProcessGroup, APeerThatLeavesMakesTheOthersFailWithinTheTimeout) {
   const auto errors = run_ranks(
       2,
       [&](dist::ProcessGroup& group) {
+        // One collective first: both ranks are connected, so rank 0's
+        // failure below is the peer leaving, not a group never formed.
+        torch::Tensor values = torch::ones({1024});
+        group.allreduce_sum(values).wait();
         if (group.rank() == 1) {
           return;  // leaves: its connections close with the group
         }
         const auto start = Clock::now();
         message = thrown_by([&] {
-          torch::Tensor values = torch::ones({1024});
           for (int round = 0; round < 100; ++round) {
             group.allreduce_sum(values).wait();
           }
