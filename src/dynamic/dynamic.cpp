@@ -32,9 +32,7 @@ class DynamicHooks final : public torch::autograd::SavedVariableHooks {
   explicit DynamicHooks(std::shared_ptr<DynamicRuntime> runtime)
       : runtime_(std::move(runtime)) {}
   ~DynamicHooks() override {
-    if (value_) {
-      runtime_->release(*value_);
-    }
+    runtime_->release(*saved_);
   }
 
   void call_pack_hook(const at::Tensor& tensor) override {
@@ -42,10 +40,7 @@ class DynamicHooks final : public torch::autograd::SavedVariableHooks {
     // would (a recomputation would otherwise hide the write).
     version_counter_ = tensor.unsafeGetTensorImpl()->version_counter();
     saved_version_ = version_of(tensor);
-    value_ = runtime_->pack(tensor);
-    if (!value_) {
-      plain_ = tensor.detach();
-    }
+    runtime_->pack(tensor, saved_);
   }
   at::Tensor call_unpack_hook() override {
     if (version_counter_.enabled()) {
@@ -60,13 +55,13 @@ class DynamicHooks final : public torch::autograd::SavedVariableHooks {
           ", now at version ",
           version);
     }
-    return value_ ? runtime_->unpack(*value_) : plain_;
+    return runtime_->unpack(*saved_);
   }
 
  private:
   std::shared_ptr<DynamicRuntime> runtime_;
-  std::shared_ptr<DynamicValue> value_;
-  at::Tensor plain_;
+  // Shared with the frame of the call that saved it until that call returns.
+  std::shared_ptr<DynamicSaved> saved_ = std::make_shared<DynamicSaved>();
   c10::VariableVersion version_counter_;  // disabled until a pack
   int64_t saved_version_ = 0;
 };

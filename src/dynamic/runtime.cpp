@@ -25,6 +25,9 @@ struct OpenCall {
   int64_t saved_bytes = 0;
   std::vector<const c10::StorageImpl*> saved_storages;
   bool nested_random = false;
+  // Packs of tensors not known yet (the call's own outputs): resolved when
+  // the call returns.
+  std::vector<std::shared_ptr<DynamicSaved>> pending;
 };
 thread_local std::vector<OpenCall> tls_open_calls;
 
@@ -290,7 +293,7 @@ void DynamicRuntime::record_call(
     }
   }
 
-  tls_open_calls.push_back(OpenCall{&op, 0, {}, false});
+  tls_open_calls.push_back(OpenCall{&op, 0, {}, false, {}});
   struct Close {
     ~Close() {
       tls_open_calls.pop_back();
@@ -309,28 +312,38 @@ void DynamicRuntime::record_call(
     }
     recordable = false;  // its RNG state was not captured
   }
-  if (!recordable) {
-    return;
-  }
-
-  const auto return_count =
-      static_cast<std::ptrdiff_t>(schema.returns().size());
   std::vector<at::Tensor> outputs;
-  for (auto it = stack->end() - return_count; it != stack->end(); ++it) {
-    flatten_tensors(*it, outputs);
+  if (recordable) {
+    const auto return_count =
+        static_cast<std::ptrdiff_t>(schema.returns().size());
+    for (auto it = stack->end() - return_count; it != stack->end(); ++it) {
+      flatten_tensors(*it, outputs);
+    }
   }
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (!open_) {
-    return;
+  const c10::impl::ExcludeDispatchKeyGuard own_work(own_work_keys());
+  if (recordable && open_) {
+    ++stats_.recorded_calls;
+    ++clock_;
+    call->op = op;
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      register_output(call, static_cast<int64_t>(k), outputs[k]);
+    }
+    if (registry_.size() >= registry_purge_at_) {
+      purge_registry();
+    }
   }
-  ++stats_.recorded_calls;
-  ++clock_;
-  call->op = op;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    register_output(call, static_cast<int64_t>(k), outputs[k]);
-  }
-  if (registry_.size() >= registry_purge_at_) {
-    purge_registry();
+  // Tensors the call saved before its outputs were known.
+  std::vector<std::shared_ptr<DynamicSaved>> pending =
+      std::move(tls_open_calls.back().pending);
+  for (const std::shared_ptr<DynamicSaved>& saved : pending) {
+    std::shared_ptr<DynamicValue> value =
+        saved.use_count() > 1 && open_ ? find(saved->plain) : nullptr;
+    if (!value) {
+      ++stats_.untracked_saved_tensors;
+      continue;
+    }
+    attach(*saved, value, saved->plain);
   }
 }
 
@@ -379,15 +392,28 @@ void DynamicRuntime::drop_resident(DynamicValue& value) {
   value.resident_storage = nullptr;
 }
 
-std::shared_ptr<DynamicValue> DynamicRuntime::pack(const at::Tensor& tensor) {
+void DynamicRuntime::pack(
+    const at::Tensor& tensor, const std::shared_ptr<DynamicSaved>& saved) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   const c10::impl::ExcludeDispatchKeyGuard own_work(own_work_keys());
   ++stats_.saved_tensors;
   std::shared_ptr<DynamicValue> value = open_ ? find_or_view(tensor) : nullptr;
-  if (!value) {
-    ++stats_.untracked_saved_tensors;
-    return nullptr;
+  if (value) {
+    attach(*saved, value, tensor);
+    return;
   }
+  saved->plain = tensor.detach();
+  if (open_ && !tls_open_calls.empty()) {
+    tls_open_calls.back().pending.push_back(saved);
+  } else {
+    ++stats_.untracked_saved_tensors;
+  }
+}
+
+void DynamicRuntime::attach(
+    DynamicSaved& saved,
+    const std::shared_ptr<DynamicValue>& value,
+    const at::Tensor& tensor) {
   const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
   if (!value->resident.defined() && resident_.count(storage) == 0 &&
       !tls_open_calls.empty()) {
@@ -418,14 +444,19 @@ std::shared_ptr<DynamicValue> DynamicRuntime::pack(const at::Tensor& tensor) {
   ++value->saved_refs;
   value->last_use = ++clock_;
   make_resident(*value, tensor.detach());
+  saved.value = value;
+  saved.plain = at::Tensor();
   if (stats_.tracked_bytes > budget_bytes_) {
     evict_within_budget();
   }
-  return value;
 }
 
-void DynamicRuntime::release(DynamicValue& value) {
+void DynamicRuntime::release(DynamicSaved& saved) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!saved.value) {
+    return;
+  }
+  DynamicValue& value = *saved.value;
   --value.saved_refs;
   if (value.saved_refs == 0) {
     drop_resident(value);
@@ -500,8 +531,12 @@ void DynamicRuntime::evict_within_budget() {
 
 // ---- recomputation ----------------------------------------------------------
 
-at::Tensor DynamicRuntime::unpack(DynamicValue& value) {
+at::Tensor DynamicRuntime::unpack(DynamicSaved& saved) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!saved.value) {
+    return saved.plain;
+  }
+  DynamicValue& value = *saved.value;
   const c10::impl::ExcludeDispatchKeyGuard own_work(own_work_keys());
   value.last_use = ++clock_;
   bool fresh = false;

@@ -23,7 +23,10 @@
 // it and adds nothing).
 //
 // Tracking. The scope pushes saved-tensor hooks. A pack finds the saved
-// tensor's Value and holds a detached alias of it ("resident"); bytes are
+// tensor's Value and holds a detached alias of it ("resident"). An operator
+// that saves its own output (relu, tanh, sigmoid) packs it before the
+// fallback has registered it: such a pack waits in the call's frame and is
+// resolved when the call returns. Bytes are
 // counted per storage, once however many resident values share it. When the
 // tracked bytes exceed the budget, storages are evicted, lowest
 //   (cost of its values + cost of their evicted inputs) / (bytes x staleness)
@@ -128,6 +131,13 @@ struct DynamicCall {
   int64_t view_offset_delta = 0;
 };
 
+/// What the hooks of one saved tensor hold: its tracked value, or the tensor
+/// itself (untracked, or until the call that produced it has returned).
+struct DynamicSaved {
+  std::shared_ptr<DynamicValue> value;
+  at::Tensor plain;
+};
+
 /// The state of one DynamicRemat scope, shared with the saved-tensor hooks
 /// of everything it saved (so backward may run after the scope ended).
 class DynamicRuntime : public std::enable_shared_from_this<DynamicRuntime> {
@@ -145,9 +155,10 @@ class DynamicRuntime : public std::enable_shared_from_this<DynamicRuntime> {
   void close();
 
   // Saved-tensor hooks.
-  std::shared_ptr<DynamicValue> pack(const at::Tensor& tensor);
-  at::Tensor unpack(DynamicValue& value);
-  void release(DynamicValue& value);
+  void pack(
+      const at::Tensor& tensor, const std::shared_ptr<DynamicSaved>& saved);
+  at::Tensor unpack(DynamicSaved& saved);
+  void release(DynamicSaved& saved);
 
  private:
   struct Registered {  // the values recorded on one storage
@@ -167,6 +178,12 @@ class DynamicRuntime : public std::enable_shared_from_this<DynamicRuntime> {
       int64_t index,
       const at::Tensor& tensor);
   void purge_registry();
+  /// Tracks `tensor`, saved through `saved`, as `value`; throws if the
+  /// operator running now needs more than the budget (nothing changed then).
+  void attach(
+      DynamicSaved& saved,
+      const std::shared_ptr<DynamicValue>& value,
+      const at::Tensor& tensor);
 
   /// The value's tensor, recomputed if needed; `fresh` tells whether it was
   /// made by this call (and so may be written).
