@@ -240,6 +240,10 @@ void DynamicRuntime::record_call(
       static_cast<std::ptrdiff_t>(schema.arguments().size());
   auto call = std::make_shared<DynamicCall>();
   bool recordable = true;
+  // The argument tensors and their versions, while the call runs: a version
+  // that moves marks a write the schema may not declare (LibTorch 1.13's
+  // native_batch_norm writes its running statistics without saying so).
+  std::vector<std::pair<at::Tensor, int64_t>> argument_versions;
   const bool random = op.hasTag(at::Tag::nondeterministic_seeded);
   {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
@@ -248,14 +252,21 @@ void DynamicRuntime::record_call(
     for (std::ptrdiff_t i = 0; i < argument_count; ++i) {
       c10::IValue& argument = call->arguments[i];
       const c10::Argument& declared = schema.arguments()[i];
-      const bool written =
-          declared.alias_info() != nullptr && declared.alias_info()->isWrite();
+      // Running statistics are written by batch norms whose schema does not
+      // say so (LibTorch 1.13's native_batch_norm), without moving their
+      // version counters.
+      const bool written = (declared.alias_info() != nullptr &&
+                            declared.alias_info()->isWrite()) ||
+                           declared.name() == "running_mean" ||
+                           declared.name() == "running_var";
       auto add_slot = [&](const at::Tensor& tensor, bool in_list) {
         DynamicSlot slot;
         slot.argument = i;
         slot.in_list = in_list;
         slot.written = written;
         slot.value = find(tensor);
+        argument_versions.emplace_back(
+            tensor, tensor.defined() ? version_of(tensor) : 0);
         if (!slot.value) {
           slot.constant = tensor;
           slot.constant_version = tensor.defined() ? version_of(tensor) : 0;
@@ -302,6 +313,15 @@ void DynamicRuntime::record_call(
   const auto start = std::chrono::steady_clock::now();
   op.redispatchBoxed(below, stack);
   call->cost_ns = std::max<int64_t>(1, elapsed_ns(start));
+  if (recordable) {
+    for (size_t j = 0; j < call->slots.size(); ++j) {
+      const auto& [tensor, version] = argument_versions[j];
+      if (tensor.defined() && version_of(tensor) != version) {
+        call->slots[j].written = true;
+      }
+    }
+  }
+  argument_versions.clear();
   const bool nested_random = tls_open_calls.back().nested_random;
   if (random && tls_open_calls.size() > 1) {
     tls_open_calls[tls_open_calls.size() - 2].nested_random = true;
@@ -327,6 +347,23 @@ void DynamicRuntime::record_call(
     ++clock_;
     call->op = op;
     for (size_t k = 0; k < outputs.size(); ++k) {
+      // An output aliasing a tensor from outside the scope that the call
+      // wrote (a buffer updated in place) stays outside: its re-run would
+      // write a copy.
+      bool external = false;
+      for (const DynamicSlot& slot : call->slots) {
+        external = external ||
+                   (slot.written && !slot.value && slot.constant.defined() &&
+                    outputs[k].defined() && outputs[k].has_storage() &&
+                    slot.constant.has_storage() &&
+                    slot.constant.storage().is_alias_of(outputs[k].storage()));
+      }
+      if (external) {
+        if (static_cast<int64_t>(call->outputs.size()) <= k) {
+          call->outputs.resize(k + 1);
+        }
+        continue;
+      }
       register_output(call, static_cast<int64_t>(k), outputs[k]);
     }
     if (registry_.size() >= registry_purge_at_) {
@@ -586,13 +623,16 @@ std::vector<at::Tensor> DynamicRuntime::rerun(DynamicCall& call) {
       }
     } else {
       input = slot.constant;
-      if (input.defined()) {
-        const char* name =
-            call.op ? call.op->schema().name().c_str() : "a view";
+      if (input.defined() && slot.written) {
+        // A tensor from outside the scope that the call writes (BatchNorm's
+        // running statistics): re-run on a copy of its current value, so
+        // that module state moves once, as in the forward.
+        input = input.clone();
+      } else if (input.defined()) {
         TORCH_CHECK(
             version_of(input) == slot.constant_version,
             "remat::DynamicRemat: cannot recompute ",
-            name,
+            call.op ? call.op->schema().name() : std::string("a view"),
             ": its input ",
             slot.argument,
             " was modified in place after the forward used it (version ",
@@ -600,9 +640,6 @@ std::vector<at::Tensor> DynamicRuntime::rerun(DynamicCall& call) {
             ", now ",
             version_of(input),
             ")");
-        if (slot.written) {
-          input = input.clone();
-        }
       }
     }
     inputs.push_back(std::move(input));
