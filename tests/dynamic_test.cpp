@@ -5,12 +5,14 @@
 // seed; gradients must be bitwise equal at every budget. The counters of the
 // scope show that a tight budget really evicts and recomputes (so the
 // equality is not vacuous), and the tracking allocator bounds the peak.
+#include <functional>
 #include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "models/models.h"
 #include "remat/remat.h"
 #include "test_util.h"
 
@@ -391,3 +393,98 @@ TEST(DynamicRemat, ACheckpointRegionInsideTheScopeKeepsItsOwnGradients) {
 }
 
 }  // namespace
+
+/// One step of `loss_of` inside a scope of `budget` bytes (none: plain), from
+/// seed 31: parameter gradients and buffers after it, and the counters.
+struct ModelStep {
+  std::vector<torch::Tensor> grads, buffers;
+  remat::DynamicRematStats stats;
+};
+
+ModelStep model_step(
+    torch::nn::Module& model,
+    const std::vector<torch::Tensor>& initial_buffers,
+    const std::function<torch::Tensor()>& loss_of,
+    std::optional<int64_t> budget) {
+  {
+    torch::NoGradGuard no_grad;
+    auto buffers = model.buffers();
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      buffers[i].copy_(initial_buffers[i]);
+    }
+  }
+  model.zero_grad();
+  torch::manual_seed(31);
+  ModelStep step;
+  {
+    std::optional<DynamicRemat> scope;
+    if (budget) {
+      scope.emplace(DynamicRematOptions().budget_bytes(*budget));
+    }
+    loss_of().backward();
+    if (scope) {
+      step.stats = scope->stats();
+    }
+  }
+  step.grads = grads_of(model);
+  for (const auto& buffer : model.buffers()) {
+    step.buffers.push_back(buffer.clone());
+  }
+  return step;
+}
+
+/// The built-in models (attention with dropout and masks, BatchNorm,
+/// pooling, convolutions, concatenated skips) at a third of what they save:
+/// gradients and buffers bitwise the plain run's.
+void expect_plain_at_a_third(
+    torch::nn::Module& model, const std::function<torch::Tensor()>& loss_of) {
+  std::vector<torch::Tensor> initial;
+  for (const auto& buffer : model.buffers()) {
+    initial.push_back(buffer.clone());
+  }
+  const ModelStep plain = model_step(model, initial, loss_of, std::nullopt);
+  const ModelStep roomy = model_step(model, initial, loss_of, int64_t{1} << 40);
+  ASSERT_EQ(roomy.stats.evictions, 0);
+  const int64_t budget = roomy.stats.tracked_peak_bytes / 3;
+  const ModelStep tight = model_step(model, initial, loss_of, budget);
+  for (size_t i = 0; i < plain.grads.size(); ++i) {
+    EXPECT_TRUE(remat::testing::bitwise_equal_or_both_undefined(
+        plain.grads[i], tight.grads[i]))
+        << "parameter grad #" << i;
+  }
+  expect_all_bitwise_equal(plain.buffers, tight.buffers, "buffer");
+  EXPECT_GT(tight.stats.evictions, 0);
+  EXPECT_GT(tight.stats.rematerializations, 0);
+  EXPECT_LT(tight.stats.tracked_peak_bytes, roomy.stats.tracked_peak_bytes);
+}
+
+TEST(DynamicRemat, TheBuiltInGptMatchesThePlainRun) {
+  namespace models = remat::models;
+  torch::manual_seed(21);
+  auto model = models::gpt(
+      models::GptOptions().vocab(32).seq_len(64).layers(2).hidden(64).heads(4));
+  const auto tokens = torch::randint(32, {4, 48});
+  const auto targets = torch::randint(32, {4, 48});
+  expect_plain_at_a_third(*model, [&] {
+    return models::gpt_loss(model->forward(tokens), targets);
+  });
+}
+
+TEST(DynamicRemat, TheBuiltInResNetWithBatchNormMatchesThePlainRun) {
+  namespace models = remat::models;
+  torch::manual_seed(23);
+  auto model = models::resnet_chain(
+      models::ResNetChainOptions().stage_channels({8, 16}).blocks_per_stage(1));
+  const auto images = torch::randn({4, 3, 16, 16});
+  expect_plain_at_a_third(*model, [&] { return model->forward(images).sum(); });
+}
+
+TEST(DynamicRemat, TheBuiltInUNetMatchesThePlainRun) {
+  namespace models = remat::models;
+  torch::manual_seed(25);
+  models::UNet model(
+      models::UNetOptions().levels(2).base_width(4).dropout(0.1));
+  const auto images = torch::randn({2, 1, 16, 16});
+  expect_plain_at_a_third(
+      *model, [&] { return model->forward(images).pow(2).mean(); });
+}
