@@ -102,6 +102,31 @@ int64_t elapsed_ns(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+DynamicCall::~DynamicCall() {
+  // The first call destroyed on this thread drains a work list; calls it
+  // destroys meanwhile only append their inputs to it.
+  thread_local std::vector<std::shared_ptr<DynamicValue>>* draining = nullptr;
+  std::vector<std::shared_ptr<DynamicValue>> inputs;
+  for (DynamicSlot& slot : slots) {
+    if (slot.value) {
+      inputs.push_back(std::move(slot.value));
+    }
+  }
+  if (draining != nullptr) {
+    for (auto& input : inputs) {
+      draining->push_back(std::move(input));
+    }
+    return;
+  }
+  draining = &inputs;
+  while (!inputs.empty()) {
+    std::shared_ptr<DynamicValue> input = std::move(inputs.back());
+    inputs.pop_back();
+    input.reset();  // may destroy its producer, which appends to `inputs`
+  }
+  draining = nullptr;
+}
+
 DynamicRuntime::DynamicRuntime(int64_t budget_bytes)
     : budget_bytes_(budget_bytes) {}
 
@@ -359,7 +384,7 @@ void DynamicRuntime::record_call(
                     slot.constant.storage().is_alias_of(outputs[k].storage()));
       }
       if (external) {
-        if (static_cast<int64_t>(call->outputs.size()) <= k) {
+        if (call->outputs.size() <= k) {
           call->outputs.resize(k + 1);
         }
         continue;

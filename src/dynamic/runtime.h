@@ -120,6 +120,13 @@ struct DynamicSlot {
 /// One recorded operator call (or, without `op`, a view of slot 0 rebuilt
 /// with as_strided).
 struct DynamicCall {
+  DynamicCall() = default;
+  /// Frees the chain of recipes behind it iteratively: a forward of many
+  /// thousand calls would otherwise overflow the stack in destructors.
+  ~DynamicCall();
+  DynamicCall(const DynamicCall&) = delete;
+  DynamicCall& operator=(const DynamicCall&) = delete;
+
   std::optional<c10::OperatorHandle> op;
   std::vector<c10::IValue> arguments;  // tensors replaced by None
   std::vector<DynamicSlot> slots;
