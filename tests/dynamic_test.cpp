@@ -488,3 +488,21 @@ TEST(DynamicRemat, TheBuiltInUNetMatchesThePlainRun) {
   expect_plain_at_a_third(
       *model, [&] { return model->forward(images).pow(2).mean(); });
 }
+
+TEST(DynamicRemat, ALongChainOfRecipesIsFreedWithoutDeepRecursion) {
+  // 60000 recorded calls, each recipe holding the previous value: freeing
+  // them recursively would overflow the stack.
+  auto x = torch::randn({4}).requires_grad_(true);
+  remat::DynamicRematStats stats;
+  {
+    DynamicRemat scope(DynamicRematOptions().budget_bytes(1 << 20));
+    torch::Tensor h = x;
+    for (int i = 0; i < 30000; ++i) {
+      h = torch::sin(h) + 1;
+    }
+    h.sum().backward();
+    stats = scope.stats();
+  }
+  EXPECT_GE(stats.recorded_calls, 60000);
+  EXPECT_TRUE(x.grad().defined());
+}
