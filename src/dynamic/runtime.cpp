@@ -372,16 +372,16 @@ void DynamicRuntime::record_call(
     ++clock_;
     call->op = op;
     for (size_t k = 0; k < outputs.size(); ++k) {
-      // An output aliasing a tensor from outside the scope that the call
-      // wrote (a buffer updated in place) stays outside: its re-run would
-      // write a copy.
+      // An output aliasing a tensor from outside the scope stays outside: a
+      // view of a parameter (a transposed weight) holds no activation
+      // memory, and a buffer the call wrote would be re-run on a copy.
       bool external = false;
       for (const DynamicSlot& slot : call->slots) {
-        external = external ||
-                   (slot.written && !slot.value && slot.constant.defined() &&
-                    outputs[k].defined() && outputs[k].has_storage() &&
-                    slot.constant.has_storage() &&
-                    slot.constant.storage().is_alias_of(outputs[k].storage()));
+        external =
+            external ||
+            (!slot.value && slot.constant.defined() && outputs[k].defined() &&
+             outputs[k].has_storage() && slot.constant.has_storage() &&
+             slot.constant.storage().is_alias_of(outputs[k].storage()));
       }
       if (external) {
         if (call->outputs.size() <= k) {
