@@ -13,8 +13,12 @@
 // arguments with each tensor replaced by a `Slot` (a tracked `Value`, or the
 // tensor itself when it was made outside the scope), its measured time, and
 // for an operator tagged nondeterministic_seeded the RNG state before it
-// (NOTE: [Recompute and RNG]). Each tensor output that is not already known
-// becomes a `Value`: a recipe (its call and output index), its geometry
+// (NOTE: [Recompute and RNG]). A slot is "written" when the schema says so,
+// when its version counter moved during the call, or when it is a batch
+// norm's running_mean / running_var (written by LibTorch 1.13 without either).
+// Each tensor output that is not already known, and that is no alias of a
+// tensor from outside the scope (a transposed weight, a buffer written in
+// place), becomes a `Value`: a recipe (its call and output index), its geometry
 // (storage offset, sizes, strides, dtype) and the version of its storage's
 // version counter. Values are found again by storage, geometry and version,
 // never by TensorImpl: autograd hands pack hooks a detached alias. Calls
@@ -43,7 +47,16 @@
 // live tensor is cloned first), so in-place chains (dropout's
 // empty_like/bernoulli_/div_) replay from the start with their RNG state.
 // When autograd frees a saved tensor (its node ran without retain_graph), the
-// hooks are destroyed and the resident alias is dropped.
+// hooks are destroyed and the resident alias is dropped. A tensor from
+// outside the scope that a call writes is re-run on a copy of it, so that
+// module state (running statistics) moves once per step.
+//
+// Lifetime. Saved-tensor hooks hold the runtime and their values; values
+// hold their recipes and recipes their input values, so backward works
+// after the scope ended. The registry (storage -> values, to find tensors
+// again) holds everything recorded until the scope ends; storages that died
+// are purged from it as it grows. Recipe chains are freed iteratively
+// (~DynamicCall), as deep graphs would overflow the stack.
 //
 // Budget errors. The bytes an operator needs are the storages it saves while
 // it runs; if they alone exceed the budget, the pack throws (before anything
