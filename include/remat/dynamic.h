@@ -20,19 +20,24 @@
 // working set in a typical forward), and a recomputation in backward adds the
 // inputs of the operator being re-run while it runs.
 //
-// Not tracked (saved as they are, never evicted, reported by
-// DynamicRematStats::untracked_saved_tensors): tensors made before the scope
-// (parameters, inputs), tensors made with grad mode off or by custom autograd
+// Not tracked (saved as they are, never evicted, not counted against the
+// budget, reported by DynamicRematStats::untracked_saved_tensors): tensors
+// made before the scope (parameters, inputs) and views of them (a transposed
+// weight), tensors made with grad mode off or by custom autograd
 // functions, outputs of calls whose arguments cannot be recorded (lists of
 // optional tensors, objects), and saved views of a storage with no recorded
 // tensor covering it.
 //
+// retain_graph works: a saved tensor is freed when autograd frees it.
+//
 // In-place writes and views are replayed, not refused: a view is recomputed by
 // re-running the view operator on its recomputed base, and a tensor written in
 // place by re-running the writes on a fresh recomputation of what they wrote
-// to (version counters tell which recorded state a tensor is in). A tensor
-// used by a recorded call and later written in place by code remat did not
-// record makes that call's recomputation fail with an error naming it.
+// to (version counters tell which recorded state a tensor is in). Writing a
+// saved tensor in place is refused at backward, as plain autograd refuses it.
+// A tensor from outside the scope that a recorded call used and that is
+// written in place afterwards (not by that call) makes that call's
+// recomputation throw c10::Error naming the operator.
 //
 // Not supported (refused when the scope opens): a second scope on the same
 // thread while one is open, opening a scope inside a checkpoint region or
