@@ -157,7 +157,9 @@ TEST(DynamicRemat, GradientsAreBitwiseThePlainOnesAtATightBudget) {
   // The measured peak falls well below the plain run's.
   EXPECT_LT(dynamic.peak_delta_bytes, plain.peak_delta_bytes)
       << "blocks " << blocks;
-  EXPECT_LE(dynamic.peak_delta_bytes, budget + 2 * block_saved_bytes())
+  // And the measured one (gradients in flight included) within the budget
+  // plus one block's saved activations.
+  EXPECT_LE(dynamic.peak_delta_bytes, budget + block_saved_bytes())
       << "plain " << plain.peak_delta_bytes << ", blocks " << blocks;
 }
 
