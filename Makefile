@@ -53,6 +53,7 @@ install-check: install-check-build
 	$(BUILD)/install-check/examples/basic_checkpoint --steps 1
 	$(BUILD)/install-check/examples/plan_a_chain > /dev/null
 	$(BUILD)/install-check/examples/plan_a_transformer --steps 2 > /dev/null
+	$(BUILD)/install-check/examples/dynamic_remat --steps 1 --width 64 --batch 32 --budget-mib 1 > /dev/null
 	$(BUILD)/install-check/prefix/bin/remat --help > /dev/null
 
 test: unit-tests install-check

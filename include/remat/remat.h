@@ -5,6 +5,8 @@
 // remat/policy.h              CheckpointPolicy, policies (selective)
 // remat/compress.h            CompressActivations (saved in bf16/fp16/int8)
 // remat/offload.h             SaveOnCpu, SaveToFile (saved to host or a file)
+// remat/dynamic.h             DynamicRemat (saved tensors under a byte budget,
+//                             recomputed on demand; no stages, no plan)
 // remat/memory_meter.h        MemoryMeter, install_tracking_allocator
 // remat/measure/step.h        measure_step (one training step's activation
 //                             peak and times), zero_gradients
@@ -27,6 +29,7 @@
 #include "remat/checkpoint.h"
 #include "remat/compress.h"
 #include "remat/config.h"
+#include "remat/dynamic.h"
 #include "remat/fit.h"
 #include "remat/graph.h"
 #include "remat/measure/step.h"

@@ -33,4 +33,8 @@ class HookStackGuard {
   HookFactory* pushed_;
 };
 
+/// True while this thread has an entry on the stack (a SavedTensorHooks
+/// guard, a checkpoint region, an offload guard, a dynamic scope).
+bool hook_stack_active();
+
 }  // namespace remat::detail

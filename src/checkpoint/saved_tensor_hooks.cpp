@@ -75,6 +75,10 @@ HookStackGuard::~HookStackGuard() {
   stack.pop_back();
 }
 
+bool hook_stack_active() {
+  return !thread_hook_stack().empty();
+}
+
 }  // namespace detail
 
 void install_engine() {

@@ -14,6 +14,7 @@
 //   5. Autograd node ownership  (std::shared_ptr or c10::intrusive_ptr)
 //   6. The dispatch key of selective checkpointing
 //   7. c10d: the rendezvous store and the Gloo process group
+//   8. The dispatch key of dynamic rematerialization
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -299,5 +300,28 @@ void use_socket_store(StoreOptions& options) {
     options.useLibUV = false;
   }
 }
+
+}  // namespace remat::compat
+
+// ===== 8. The dispatch key of dynamic rematerialization
+// =======================
+//
+// Dynamic rematerialization (NOTE: [Dynamic rematerialization] in
+// dynamic/runtime.h) records every operator call of its scope through a boxed
+// fallback of its own, for the reasons given in section 6, on the one other
+// key with the same properties: TESTING_ONLY_GenericWrapper.
+// 1.13, 2.6, 2.14 (headers checked): present, just below
+//       TESTING_ONLY_GenericMode, above autograd and autocast; LibTorch's
+//       library registers nothing for it (only ATen's own tests use it, with
+//       wrapper tensors). Tensors never carry it, so it is reached only while
+//       a thread-local include guard enables it.
+
+/// The key's name as a token, for TORCH_LIBRARY_IMPL.
+#define REMAT_DYNAMIC_DISPATCH_KEY TESTING_ONLY_GenericWrapper
+
+namespace remat::compat {
+
+inline constexpr c10::DispatchKey kDynamicKey =
+    c10::DispatchKey::REMAT_DYNAMIC_DISPATCH_KEY;
 
 }  // namespace remat::compat

@@ -1,0 +1,740 @@
+// runtime.cpp: recording, tracking, eviction and recomputation of dynamic
+// rematerialization. NOTE: [Dynamic rematerialization] in runtime.h says how
+// it works and what it does not track.
+#include "runtime.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/Exception.h>
+
+#include "compat/compat.h"
+#include "remat/planner/units.h"
+
+namespace remat::detail {
+namespace {
+
+/// An operator call in progress on this thread (recording), with the
+/// storages it saved so far: what it needs of the budget.
+struct OpenCall {
+  const c10::OperatorHandle* op;
+  int64_t saved_bytes = 0;
+  std::vector<const c10::StorageImpl*> saved_storages;
+  bool nested_random = false;
+  // Packs of tensors not known yet (the call's own outputs): resolved when
+  // the call returns.
+  std::vector<std::shared_ptr<DynamicSaved>> pending;
+};
+thread_local std::vector<OpenCall> tls_open_calls;
+
+/// remat's own tensor work (detach, clone, re-runs) is neither recorded nor
+/// seen by a selective region.
+c10::DispatchKeySet own_work_keys() {
+  return c10::DispatchKeySet(compat::kDynamicKey) |
+         c10::DispatchKeySet(compat::kSelectiveKey);
+}
+
+bool recordable_tensor(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.has_storage() &&
+         tensor.layout() == at::kStrided &&
+         !tensor.unsafeGetTensorImpl()->is_wrapped_number();
+}
+
+bool same_geometry(const DynamicValue& value, const at::Tensor& tensor) {
+  return value.storage_offset == tensor.storage_offset() &&
+         value.dtype == tensor.dtype() && tensor.sizes() == value.sizes &&
+         tensor.strides() == value.strides;
+}
+
+/// True if `value` holds no tensor, also inside containers.
+bool holds_tensor(const c10::IValue& value) {
+  if (value.isTensor() || value.isTensorList()) {
+    return true;
+  }
+  if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) {
+      if (holds_tensor(element)) {
+        return true;
+      }
+    }
+    return false;
+  }
+  if (value.isTuple()) {
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      if (holds_tensor(element)) {
+        return true;
+      }
+    }
+    return false;
+  }
+  return value.isObject() || value.isGenericDict() || value.isFuture();
+}
+
+void flatten_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
+  if (value.isTensor()) {
+    out.push_back(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& tensor : value.toTensorVector()) {
+      out.push_back(tensor);
+    }
+  }
+}
+
+at::Tensor tensor_of(
+    const c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>&
+        weak) {
+  auto strong = weak.lock();
+  if (!strong) {
+    return at::Tensor();
+  }
+  return at::Tensor(std::move(strong));
+}
+
+int64_t elapsed_ns(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+DynamicCall::~DynamicCall() {
+  // The first call destroyed on this thread drains a work list; calls it
+  // destroys meanwhile only append their inputs to it.
+  thread_local std::vector<std::shared_ptr<DynamicValue>>* draining = nullptr;
+  std::vector<std::shared_ptr<DynamicValue>> inputs;
+  for (DynamicSlot& slot : slots) {
+    if (slot.value) {
+      inputs.push_back(std::move(slot.value));
+    }
+  }
+  if (draining != nullptr) {
+    for (auto& input : inputs) {
+      draining->push_back(std::move(input));
+    }
+    return;
+  }
+  draining = &inputs;
+  while (!inputs.empty()) {
+    std::shared_ptr<DynamicValue> input = std::move(inputs.back());
+    inputs.pop_back();
+    input.reset();  // may destroy its producer, which appends to `inputs`
+  }
+  draining = nullptr;
+}
+
+DynamicRuntime::DynamicRuntime(int64_t budget_bytes)
+    : budget_bytes_(budget_bytes) {}
+
+DynamicRematStats DynamicRuntime::stats() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return stats_;
+}
+
+void DynamicRuntime::close() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  open_ = false;
+  registry_.clear();
+}
+
+// ---- recording --------------------------------------------------------------
+
+std::shared_ptr<DynamicValue> DynamicRuntime::find(
+    const at::Tensor& tensor) const {
+  if (!recordable_tensor(tensor)) {
+    return nullptr;
+  }
+  const auto found = registry_.find(tensor.storage().unsafeGetStorageImpl());
+  if (found == registry_.end()) {
+    return nullptr;
+  }
+  const int64_t version = version_of(tensor);
+  const auto& values = found->second.values;
+  for (auto it = values.rbegin(); it != values.rend(); ++it) {
+    if ((*it)->version == version && same_geometry(**it, tensor)) {
+      return *it;
+    }
+  }
+  return nullptr;
+}
+
+std::shared_ptr<DynamicValue> DynamicRuntime::find_or_view(
+    const at::Tensor& tensor) {
+  if (auto value = find(tensor)) {
+    return value;
+  }
+  if (!recordable_tensor(tensor)) {
+    return nullptr;
+  }
+  // A view made below autograd (inside a kernel): rebuilt from a recorded
+  // value that spans its whole storage, whatever part the view covers.
+  const auto found = registry_.find(tensor.storage().unsafeGetStorageImpl());
+  if (found == registry_.end()) {
+    return nullptr;
+  }
+  const int64_t version = version_of(tensor);
+  const auto storage_bytes = static_cast<int64_t>(tensor.storage().nbytes());
+  for (auto it = found->second.values.rbegin();
+       it != found->second.values.rend();
+       ++it) {
+    const DynamicValue& base = **it;
+    int64_t numel = 1;
+    for (const int64_t size : base.sizes) {
+      numel *= size;
+    }
+    const bool whole =
+        base.storage_offset == 0 &&
+        numel * static_cast<int64_t>(base.dtype.itemsize()) == storage_bytes &&
+        c10::IntArrayRef(base.strides) ==
+            c10::IntArrayRef(c10::contiguous_strides(base.sizes));
+    if (base.version != version || base.dtype != tensor.dtype() || !whole) {
+      continue;
+    }
+    auto call = std::make_shared<DynamicCall>();
+    DynamicSlot slot;
+    slot.value = *it;
+    call->slots.push_back(std::move(slot));
+    call->view_sizes = tensor.sizes().vec();
+    call->view_strides = tensor.strides().vec();
+    call->view_offset_delta = tensor.storage_offset() - base.storage_offset;
+    call->cost_ns = 1;
+    register_output(call, 0, tensor);
+    return find(tensor);
+  }
+  return nullptr;
+}
+
+void DynamicRuntime::register_output(
+    const std::shared_ptr<DynamicCall>& call,
+    int64_t index,
+    const at::Tensor& tensor) {
+  if (static_cast<int64_t>(call->outputs.size()) <= index) {
+    call->outputs.resize(index + 1);
+  }
+  if (!recordable_tensor(tensor)) {
+    return;
+  }
+  if (auto known = find(tensor)) {
+    return;  // an alias of a known value (an outer composite's output)
+  }
+  auto value = std::make_shared<DynamicValue>();
+  value->producer = call;
+  value->output_index = index;
+  value->storage_offset = tensor.storage_offset();
+  value->sizes = tensor.sizes().vec();
+  value->strides = tensor.strides().vec();
+  value->dtype = tensor.dtype();
+  value->version = version_of(tensor);
+  value->materialized_version = value->version;
+  value->live =
+      c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(
+          tensor.getIntrusivePtr());
+  value->last_use = clock_;
+  call->outputs[index] = value;
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  Registered& registered = registry_[storage];
+  if (registered.values.empty()) {
+    registered.storage = tensor.storage().getWeakStorageImpl();
+  }
+  registered.values.push_back(std::move(value));
+}
+
+void DynamicRuntime::purge_registry() {
+  // Storages that died can no longer be seen again; their values live on in
+  // the recipes and saved tensors that refer to them.
+  for (auto it = registry_.begin(); it != registry_.end();) {
+    if (it->second.storage.expired()) {
+      it = registry_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  registry_purge_at_ = std::max<size_t>(1024, 2 * registry_.size());
+}
+
+void DynamicRuntime::record_call(
+    const c10::OperatorHandle& op,
+    c10::DispatchKeySet below,
+    torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const auto argument_count =
+      static_cast<std::ptrdiff_t>(schema.arguments().size());
+  auto call = std::make_shared<DynamicCall>();
+  bool recordable = true;
+  // The argument tensors and their versions, while the call runs: a version
+  // that moves marks a write the schema may not declare (LibTorch 1.13's
+  // native_batch_norm writes its running statistics without saying so).
+  std::vector<std::pair<at::Tensor, int64_t>> argument_versions;
+  const bool random = op.hasTag(at::Tag::nondeterministic_seeded);
+  {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    const c10::impl::ExcludeDispatchKeyGuard own_work(own_work_keys());
+    call->arguments.assign(stack->end() - argument_count, stack->end());
+    for (std::ptrdiff_t i = 0; i < argument_count; ++i) {
+      c10::IValue& argument = call->arguments[i];
+      const c10::Argument& declared = schema.arguments()[i];
+      // Running statistics are written by batch norms whose schema does not
+      // say so (LibTorch 1.13's native_batch_norm), without moving their
+      // version counters.
+      const bool written = (declared.alias_info() != nullptr &&
+                            declared.alias_info()->isWrite()) ||
+                           declared.name() == "running_mean" ||
+                           declared.name() == "running_var";
+      auto add_slot = [&](const at::Tensor& tensor, bool in_list) {
+        DynamicSlot slot;
+        slot.argument = i;
+        slot.in_list = in_list;
+        slot.written = written;
+        slot.value = find(tensor);
+        argument_versions.emplace_back(
+            tensor, tensor.defined() ? version_of(tensor) : 0);
+        if (!slot.value) {
+          slot.constant = tensor;
+          slot.constant_version = tensor.defined() ? version_of(tensor) : 0;
+        }
+        call->slots.push_back(std::move(slot));
+      };
+      if (argument.isTensor()) {
+        add_slot(argument.toTensor(), false);
+        argument = c10::IValue();
+      } else if (argument.isTensorList()) {
+        for (const at::Tensor& tensor : argument.toTensorVector()) {
+          add_slot(tensor, true);
+        }
+        argument = c10::List<at::Tensor>();
+      } else if (holds_tensor(argument)) {
+        recordable = false;
+        break;
+      }
+    }
+    if (!recordable) {
+      call->arguments.clear();
+      call->slots.clear();
+    } else if (random) {
+      torch::autograd::variable_list inputs;
+      for (auto it = stack->end() - argument_count; it != stack->end(); ++it) {
+        flatten_tensors(*it, inputs);
+      }
+      inputs.erase(
+          std::remove_if(
+              inputs.begin(),
+              inputs.end(),
+              [](const at::Tensor& tensor) { return !tensor.defined(); }),
+          inputs.end());
+      call->rng.emplace(inputs, /*preserve_rng=*/true);
+    }
+  }
+
+  tls_open_calls.push_back(OpenCall{&op, 0, {}, false, {}});
+  struct Close {
+    ~Close() {
+      tls_open_calls.pop_back();
+    }
+  } close;
+  const auto start = std::chrono::steady_clock::now();
+  op.redispatchBoxed(below, stack);
+  call->cost_ns = std::max<int64_t>(1, elapsed_ns(start));
+  if (recordable) {
+    for (size_t j = 0; j < call->slots.size(); ++j) {
+      const auto& [tensor, version] = argument_versions[j];
+      if (tensor.defined() && version_of(tensor) != version) {
+        call->slots[j].written = true;
+      }
+    }
+  }
+  argument_versions.clear();
+  const bool nested_random = tls_open_calls.back().nested_random;
+  if (random && tls_open_calls.size() > 1) {
+    tls_open_calls[tls_open_calls.size() - 2].nested_random = true;
+  }
+  if (nested_random && !random) {
+    if (tls_open_calls.size() > 1) {
+      tls_open_calls[tls_open_calls.size() - 2].nested_random = true;
+    }
+    recordable = false;  // its RNG state was not captured
+  }
+  std::vector<at::Tensor> outputs;
+  if (recordable) {
+    const auto return_count =
+        static_cast<std::ptrdiff_t>(schema.returns().size());
+    for (auto it = stack->end() - return_count; it != stack->end(); ++it) {
+      flatten_tensors(*it, outputs);
+    }
+  }
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  const c10::impl::ExcludeDispatchKeyGuard own_work(own_work_keys());
+  if (recordable && open_) {
+    ++stats_.recorded_calls;
+    ++clock_;
+    call->op = op;
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      // An output aliasing a tensor from outside the scope stays outside: a
+      // view of a parameter (a transposed weight) holds no activation
+      // memory, and a buffer the call wrote would be re-run on a copy.
+      bool external = false;
+      for (const DynamicSlot& slot : call->slots) {
+        external =
+            external ||
+            (!slot.value && slot.constant.defined() && outputs[k].defined() &&
+             outputs[k].has_storage() && slot.constant.has_storage() &&
+             slot.constant.storage().is_alias_of(outputs[k].storage()));
+      }
+      if (external) {
+        if (call->outputs.size() <= k) {
+          call->outputs.resize(k + 1);
+        }
+        continue;
+      }
+      register_output(call, static_cast<int64_t>(k), outputs[k]);
+    }
+    if (registry_.size() >= registry_purge_at_) {
+      purge_registry();
+    }
+  }
+  // Tensors the call saved before its outputs were known.
+  std::vector<std::shared_ptr<DynamicSaved>> pending =
+      std::move(tls_open_calls.back().pending);
+  for (const std::shared_ptr<DynamicSaved>& saved : pending) {
+    std::shared_ptr<DynamicValue> value =
+        saved.use_count() > 1 && open_ ? find(saved->plain) : nullptr;
+    if (!value) {
+      ++stats_.untracked_saved_tensors;
+      continue;
+    }
+    attach(*saved, value, saved->plain);
+  }
+}
+
+// ---- tracking ---------------------------------------------------------------
+
+void DynamicRuntime::note_tracked() {
+  stats_.tracked_peak_bytes =
+      std::max(stats_.tracked_peak_bytes, stats_.tracked_bytes);
+}
+
+void DynamicRuntime::make_resident(
+    DynamicValue& value, const at::Tensor& tensor) {
+  if (value.resident.defined()) {
+    return;
+  }
+  value.resident = tensor;
+  value.materialized_version = version_of(tensor);
+  value.live =
+      c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(
+          tensor.getIntrusivePtr());
+  const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  value.resident_storage = storage;
+  Resident& entry = resident_[storage];
+  if (entry.values.empty()) {
+    entry.bytes = static_cast<int64_t>(tensor.storage().nbytes());
+    stats_.tracked_bytes += entry.bytes;
+    note_tracked();
+  }
+  entry.values.push_back(&value);
+}
+
+void DynamicRuntime::drop_resident(DynamicValue& value) {
+  if (!value.resident.defined()) {
+    return;
+  }
+  const auto found = resident_.find(value.resident_storage);
+  TORCH_INTERNAL_ASSERT(
+      found != resident_.end(), "remat::DynamicRemat: resident storage lost");
+  auto& values = found->second.values;
+  values.erase(std::find(values.begin(), values.end(), &value));
+  if (values.empty()) {
+    stats_.tracked_bytes -= found->second.bytes;
+    resident_.erase(found);
+  }
+  value.resident = at::Tensor();
+  value.resident_storage = nullptr;
+}
+
+void DynamicRuntime::pack(
+    const at::Tensor& tensor, const std::shared_ptr<DynamicSaved>& saved) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  const c10::impl::ExcludeDispatchKeyGuard own_work(own_work_keys());
+  ++stats_.saved_tensors;
+  std::shared_ptr<DynamicValue> value = open_ ? find_or_view(tensor) : nullptr;
+  if (value) {
+    attach(*saved, value, tensor);
+    return;
+  }
+  saved->plain = tensor.detach();
+  if (open_ && !tls_open_calls.empty()) {
+    tls_open_calls.back().pending.push_back(saved);
+  } else {
+    ++stats_.untracked_saved_tensors;
+  }
+}
+
+void DynamicRuntime::attach(
+    DynamicSaved& saved,
+    const std::shared_ptr<DynamicValue>& value,
+    const at::Tensor& tensor) {
+  const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  if (!value->resident.defined() && resident_.count(storage) == 0 &&
+      !tls_open_calls.empty()) {
+    // What this operator alone needs: the storages it saved so far and this
+    // one. Refused before anything is tracked for it.
+    OpenCall& open = tls_open_calls.back();
+    const auto bytes = static_cast<int64_t>(tensor.storage().nbytes());
+    const bool counted =
+        std::find(
+            open.saved_storages.begin(), open.saved_storages.end(), storage) !=
+        open.saved_storages.end();
+    const int64_t needed = open.saved_bytes + (counted ? 0 : bytes);
+    TORCH_CHECK(
+        needed <= budget_bytes_,
+        "remat::DynamicRemat: budget ",
+        planner::format_bytes(budget_bytes_),
+        " is below what ",
+        open.op->schema().name(),
+        " needs (",
+        planner::format_bytes(needed),
+        " of tensors it saves for backward); raise budget_bytes to at least ",
+        needed);
+    if (!counted) {
+      open.saved_bytes = needed;
+      open.saved_storages.push_back(storage);
+    }
+  }
+  ++value->saved_refs;
+  value->last_use = ++clock_;
+  make_resident(*value, tensor.detach());
+  saved.value = value;
+  saved.plain = at::Tensor();
+  if (stats_.tracked_bytes > budget_bytes_) {
+    evict_within_budget();
+  }
+}
+
+void DynamicRuntime::release(DynamicSaved& saved) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!saved.value) {
+    return;
+  }
+  DynamicValue& value = *saved.value;
+  --value.saved_refs;
+  if (value.saved_refs == 0) {
+    drop_resident(value);
+  }
+}
+
+bool DynamicRuntime::evictable(const Resident& entry) const {
+  // Only remat's resident aliases hold the storage: each alias is held only
+  // by remat, and the storage only by those aliases.
+  for (const DynamicValue* value : entry.values) {
+    if (value->resident.use_count() != 1) {
+      return false;
+    }
+  }
+  return !entry.values.empty() &&
+         entry.values.front()->resident.storage().use_count() ==
+             entry.values.size();
+}
+
+bool DynamicRuntime::materialized(const DynamicValue& value) const {
+  if (value.resident.defined()) {
+    return version_of(value.resident) == value.materialized_version;
+  }
+  const at::Tensor live = tensor_of(value.live);
+  return live.defined() && version_of(live) == value.materialized_version;
+}
+
+double DynamicRuntime::eviction_score(const Resident& entry) const {
+  // DTR's heuristic: what a recomputation would cost (the values' own calls
+  // and those of their inputs that are evicted too), per byte freed and per
+  // tick since last use.
+  double cost_ns = 0;
+  int64_t last_use = 0;
+  for (const DynamicValue* value : entry.values) {
+    cost_ns += static_cast<double>(value->producer->cost_ns);
+    for (const DynamicSlot& slot : value->producer->slots) {
+      if (slot.value && !materialized(*slot.value)) {
+        cost_ns += static_cast<double>(slot.value->producer->cost_ns);
+      }
+    }
+    last_use = std::max(last_use, value->last_use);
+  }
+  const auto staleness = static_cast<double>(clock_ - last_use + 1);
+  return cost_ns / (static_cast<double>(entry.bytes) * staleness);
+}
+
+void DynamicRuntime::evict_within_budget() {
+  while (stats_.tracked_bytes > budget_bytes_) {
+    const Resident* best = nullptr;
+    double best_score = std::numeric_limits<double>::infinity();
+    for (const auto& [storage, entry] : resident_) {
+      if (!evictable(entry)) {
+        continue;
+      }
+      const double score = eviction_score(entry);
+      if (best == nullptr || score < best_score) {
+        best = &entry;
+        best_score = score;
+      }
+    }
+    if (best == nullptr) {
+      return;  // what is left is held by the caller's code: evicted later
+    }
+    // drop_resident erases the entry: copy its values first.
+    const std::vector<DynamicValue*> values = best->values;
+    for (DynamicValue* value : values) {
+      drop_resident(*value);
+    }
+    ++stats_.evictions;
+  }
+}
+
+// ---- recomputation ----------------------------------------------------------
+
+at::Tensor DynamicRuntime::unpack(DynamicSaved& saved) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!saved.value) {
+    return saved.plain;
+  }
+  DynamicValue& value = *saved.value;
+  const c10::impl::ExcludeDispatchKeyGuard own_work(own_work_keys());
+  value.last_use = ++clock_;
+  bool fresh = false;
+  at::Tensor tensor = materialize(value, &fresh);
+  if (value.saved_refs > 0 && !value.resident.defined()) {
+    make_resident(value, tensor);
+  }
+  if (stats_.tracked_bytes > budget_bytes_) {
+    evict_within_budget();  // `tensor` is held here, so it stays
+  }
+  return tensor;
+}
+
+at::Tensor DynamicRuntime::materialize(DynamicValue& value, bool* fresh) {
+  *fresh = false;
+  if (value.resident.defined()) {
+    if (version_of(value.resident) == value.materialized_version) {
+      return value.resident;
+    }
+    drop_resident(value);  // written since: recomputed below
+  }
+  at::Tensor live = tensor_of(value.live);
+  if (live.defined() && version_of(live) == value.materialized_version) {
+    return live.detach();
+  }
+  std::vector<at::Tensor> outputs = rerun(*value.producer);
+  TORCH_INTERNAL_ASSERT(
+      value.output_index < static_cast<int64_t>(outputs.size()),
+      "remat::DynamicRemat: a recomputation returned fewer tensors than the "
+      "forward");
+  // Fresh, and writable unless it is also resident (saved) now.
+  *fresh = !value.resident.defined();
+  return outputs[value.output_index];
+}
+
+std::vector<at::Tensor> DynamicRuntime::rerun(DynamicCall& call) {
+  // The inputs, materialized first (recursively); held until the call ran.
+  std::vector<at::Tensor> inputs;
+  inputs.reserve(call.slots.size());
+  for (const DynamicSlot& slot : call.slots) {
+    at::Tensor input;
+    if (slot.value) {
+      bool fresh = false;
+      input = materialize(*slot.value, &fresh);
+      if (slot.written && !fresh) {
+        input = input.clone();  // never write into a tensor someone holds
+      }
+    } else {
+      input = slot.constant;
+      if (input.defined() && slot.written) {
+        // A tensor from outside the scope that the call writes (BatchNorm's
+        // running statistics): re-run on a copy of its current value, so
+        // that module state moves once, as in the forward.
+        input = input.clone();
+      } else if (input.defined()) {
+        TORCH_CHECK(
+            version_of(input) == slot.constant_version,
+            "remat::DynamicRemat: cannot recompute ",
+            call.op ? call.op->schema().name() : std::string("a view"),
+            ": its input ",
+            slot.argument,
+            " was modified in place after the forward used it (version ",
+            slot.constant_version,
+            ", now ",
+            version_of(input),
+            ")");
+      }
+    }
+    inputs.push_back(std::move(input));
+  }
+
+  std::vector<at::Tensor> outputs;
+  {
+    const at::AutoDispatchBelowAutograd below_autograd;
+    if (!call.op) {
+      const at::Tensor& base = inputs.at(0);
+      outputs.push_back(base.as_strided(
+          call.view_sizes,
+          call.view_strides,
+          base.storage_offset() + call.view_offset_delta));
+    } else {
+      torch::jit::Stack stack = call.arguments;
+      size_t next = 0;
+      for (size_t i = 0; i < stack.size(); ++i) {
+        if (next < call.slots.size() &&
+            call.slots[next].argument == static_cast<int64_t>(i)) {
+          if (call.slots[next].in_list) {
+            c10::List<at::Tensor> list;
+            while (next < call.slots.size() &&
+                   call.slots[next].argument == static_cast<int64_t>(i)) {
+              list.push_back(inputs[next]);
+              ++next;
+            }
+            stack[i] = std::move(list);
+          } else {
+            stack[i] = inputs[next];
+            ++next;
+          }
+        }
+      }
+      std::optional<RecomputeGuard> rng;
+      if (call.rng) {
+        rng.emplace(
+            *call.rng, std::vector<std::shared_ptr<torch::nn::Module>>{});
+      }
+      call.op->callBoxed(&stack);
+      for (const c10::IValue& result : stack) {
+        flatten_tensors(result, outputs);
+      }
+    }
+  }
+  ++stats_.rematerializations;
+  for (size_t k = 0; k < call.outputs.size() && k < outputs.size(); ++k) {
+    const std::shared_ptr<DynamicValue> value = call.outputs[k].lock();
+    if (!value) {
+      continue;
+    }
+    if (value->resident.defined() &&
+        version_of(value->resident) == value->materialized_version) {
+      continue;  // still valid: keep the one autograd may hold
+    }
+    drop_resident(*value);
+    value->live =
+        c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(
+            outputs[k].getIntrusivePtr());
+    value->materialized_version = version_of(outputs[k]);
+    if (value->saved_refs > 0) {
+      make_resident(*value, outputs[k]);
+    }
+  }
+  // Within the budget again before the caller goes on: what the recursion
+  // still needs is held by its frames (`inputs`, `outputs`), so it stays.
+  if (stats_.tracked_bytes > budget_bytes_) {
+    evict_within_budget();
+  }
+  return outputs;
+}
+
+}  // namespace remat::detail

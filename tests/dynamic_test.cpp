@@ -1,0 +1,554 @@
+// dynamic_test.cpp: DynamicRemat, saved tensors under a byte budget with no
+// plan.
+//
+// Reference: the plain run of the same model from the same parameters and
+// seed; gradients must be bitwise equal at every budget. The counters of the
+// scope show that a tight budget really evicts and recomputes (so the
+// equality is not vacuous), and the tracking allocator bounds the peak.
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "models/models.h"
+#include "remat/remat.h"
+#include "test_util.h"
+
+namespace {
+
+using remat::DynamicRemat;
+using remat::DynamicRematOptions;
+using remat::testing::bitwise_equal;
+using remat::testing::expect_all_bitwise_equal;
+using remat::testing::grads_of;
+
+constexpr int64_t kWidth = 64;
+constexpr int64_t kBatch = 256;
+constexpr int64_t kMaxBlocks = 8;
+
+/// A forward whose number of blocks depends on the data, each block
+/// h + fc2(dropout(relu(fc1(h)))): dropout and a skip connection.
+struct LoopNetImpl : torch::nn::Module {
+  LoopNetImpl() {
+    for (int64_t i = 0; i < kMaxBlocks; ++i) {
+      up.push_back(register_module(
+          "up" + std::to_string(i), torch::nn::Linear(kWidth, 4 * kWidth)));
+      down.push_back(register_module(
+          "down" + std::to_string(i), torch::nn::Linear(4 * kWidth, kWidth)));
+    }
+  }
+
+  /// How many blocks this input runs: 4 to kMaxBlocks, from its values.
+  static int64_t blocks_for(const torch::Tensor& x) {
+    const double total = x.detach().abs().sum().item<double>();
+    return 4 + static_cast<int64_t>(total) % (kMaxBlocks - 3);
+  }
+
+  torch::Tensor block(int64_t i, const torch::Tensor& h) {
+    auto inner = torch::relu(up[i]->forward(h));
+    inner = torch::dropout(inner, /*p=*/0.2, /*train=*/true);
+    return h + down[i]->forward(inner);
+  }
+
+  torch::Tensor forward(torch::Tensor x) {
+    const int64_t blocks = blocks_for(x);
+    torch::Tensor h = x;
+    for (int64_t i = 0; i < blocks; ++i) {
+      h = block(i, h);
+    }
+    return h.tanh().pow(2).mean();
+  }
+
+  std::vector<torch::nn::Linear> up, down;
+};
+TORCH_MODULE(LoopNet);
+
+struct Step {
+  std::vector<torch::Tensor> grads;
+  torch::Tensor input_grad;
+  int64_t peak_delta_bytes = 0;
+};
+
+/// One training step from seed 7, optionally inside a scope with `budget`;
+/// `stats` receives the scope's counters.
+Step run_step(
+    LoopNet& model,
+    const torch::Tensor& input,
+    std::optional<int64_t> budget,
+    remat::DynamicRematStats* stats = nullptr) {
+  model->zero_grad();
+  for (auto& parameter : model->parameters()) {
+    parameter.mutable_grad() = torch::zeros_like(parameter);
+  }
+  torch::Tensor x = input.detach().clone().requires_grad_(true);
+  torch::manual_seed(7);
+  Step step;
+  {
+    remat::MemoryMeter meter;
+    std::optional<DynamicRemat> scope;
+    if (budget) {
+      scope.emplace(DynamicRematOptions().budget_bytes(*budget));
+    }
+    torch::Tensor loss = model->forward(x);
+    loss.backward();
+    step.peak_delta_bytes = meter.peak_delta_bytes();
+    if (scope && stats != nullptr) {
+      *stats = scope->stats();
+    }
+  }
+  step.grads = grads_of(*model);
+  step.input_grad = x.grad().clone();
+  return step;
+}
+
+torch::Tensor sample_input(int64_t batch = kBatch) {
+  torch::manual_seed(3);
+  return torch::randn({batch, kWidth});
+}
+
+/// Bytes one block saves for backward in a plain run (the activations the
+/// budget is about): the saved inputs of both linears, the relu output, the
+/// dropout mask.
+int64_t block_saved_bytes(int64_t batch = kBatch) {
+  return batch * (kWidth + 3 * 4 * kWidth) * 4;
+}
+
+TEST(DynamicRemat, GradientsAreBitwiseThePlainOnesAtABudgetThatEvictsNothing) {
+  LoopNet model;
+  const torch::Tensor input = sample_input();
+  ASSERT_GE(LoopNetImpl::blocks_for(input), 4);
+  const Step plain = run_step(model, input, std::nullopt);
+  remat::DynamicRematStats stats;
+  const Step dynamic = run_step(model, input, int64_t{1} << 30, &stats);
+  expect_all_bitwise_equal(plain.grads, dynamic.grads, "parameter grad");
+  EXPECT_TRUE(bitwise_equal(plain.input_grad, dynamic.input_grad));
+  EXPECT_EQ(stats.evictions, 0);
+  EXPECT_EQ(stats.rematerializations, 0);
+  EXPECT_GT(stats.recorded_calls, 0);
+  EXPECT_GT(stats.saved_tensors, 0);
+  // Activations only: parameters (and views of them, such as a linear's
+  // transposed weight) are not counted.
+  EXPECT_LE(stats.tracked_peak_bytes, plain.peak_delta_bytes);
+  // Every block's activations were tracked.
+  EXPECT_GE(
+      stats.tracked_peak_bytes,
+      LoopNetImpl::blocks_for(input) * block_saved_bytes() * 3 / 4);
+}
+
+TEST(DynamicRemat, GradientsAreBitwiseThePlainOnesAtATightBudget) {
+  LoopNet model;
+  const torch::Tensor input = sample_input();
+  const int64_t blocks = LoopNetImpl::blocks_for(input);
+  const Step plain = run_step(model, input, std::nullopt);
+  const int64_t budget = 2 * block_saved_bytes();
+  remat::DynamicRematStats stats;
+  const Step dynamic = run_step(model, input, budget, &stats);
+  expect_all_bitwise_equal(plain.grads, dynamic.grads, "parameter grad");
+  EXPECT_TRUE(bitwise_equal(plain.input_grad, dynamic.input_grad));
+  // Not vacuous: tensors were evicted and recomputed.
+  EXPECT_GT(stats.evictions, 0);
+  EXPECT_GT(stats.rematerializations, 0);
+  // Tracked bytes stay within the budget plus the block being worked on.
+  EXPECT_LE(stats.tracked_peak_bytes, budget + block_saved_bytes())
+      << "blocks " << blocks << ", evictions " << stats.evictions
+      << ", rematerializations " << stats.rematerializations;
+  // The measured peak falls well below the plain run's.
+  EXPECT_LT(dynamic.peak_delta_bytes, plain.peak_delta_bytes)
+      << "blocks " << blocks;
+  // And the measured one (gradients in flight included) within the budget
+  // plus one block's saved activations.
+  EXPECT_LE(dynamic.peak_delta_bytes, budget + block_saved_bytes())
+      << "plain " << plain.peak_delta_bytes << ", blocks " << blocks;
+}
+
+TEST(DynamicRemat, DifferentInputsRunDifferentBlockCountsAndStillMatch) {
+  LoopNet model;
+  for (int64_t batch : {kBatch, kBatch / 2 + 3}) {
+    torch::manual_seed(11 + batch);
+    const torch::Tensor input = torch::randn({batch, kWidth});
+    const Step plain = run_step(model, input, std::nullopt);
+    remat::DynamicRematStats stats;
+    const Step dynamic =
+        run_step(model, input, block_saved_bytes(batch), &stats);
+    expect_all_bitwise_equal(plain.grads, dynamic.grads, "parameter grad");
+    EXPECT_GT(stats.evictions, 0) << "batch " << batch;
+  }
+}
+
+TEST(DynamicRemat, BackwardAfterTheScopeEndedIsBitwiseThePlainOne) {
+  LoopNet model;
+  const torch::Tensor input = sample_input();
+  const Step plain = run_step(model, input, std::nullopt);
+
+  model->zero_grad();
+  for (auto& parameter : model->parameters()) {
+    parameter.mutable_grad() = torch::zeros_like(parameter);
+  }
+  torch::Tensor x = input.detach().clone().requires_grad_(true);
+  torch::manual_seed(7);
+  torch::Tensor loss;
+  remat::DynamicRematStats after_forward;
+  {
+    DynamicRemat scope(DynamicRematOptions().budget_bytes(block_saved_bytes()));
+    loss = model->forward(x);
+    after_forward = scope.stats();
+  }
+  loss.backward();
+  EXPECT_GT(after_forward.evictions, 0);
+  expect_all_bitwise_equal(plain.grads, grads_of(*model), "parameter grad");
+  EXPECT_TRUE(bitwise_equal(plain.input_grad, x.grad()));
+}
+
+/// Views, in-place writes and aliasing: a transposed view, slices (chunk),
+/// a reshape and a view, an in-place relu on an intermediate, an in-place add
+/// of a view of the input.
+/// Stage 1: a product, an in-place relu on it, two chunk views of it
+/// multiplied (saving both views of one storage).
+torch::Tensor views_stage1(const torch::Tensor& x, const torch::Tensor& w1) {
+  auto h = torch::mm(x, w1);
+  h.relu_();
+  auto halves = h.chunk(2, /*dim=*/1);
+  return halves[0] * halves[1];
+}
+
+/// Stage 2: a transposed copy, a reshape and a view, a sigmoid (saving its
+/// output); with `write_saved`, that output is then written in place.
+torch::Tensor views_stage2(const torch::Tensor& a, bool write_saved) {
+  auto t = a.t().contiguous();
+  auto r = t.reshape({-1}).view({a.size(1), a.size(0)});
+  auto s = torch::sigmoid(r);
+  if (write_saved) {
+    s.mul_(2);
+  } else {
+    s = s * 2;
+  }
+  return s;
+}
+
+/// Stage 3: a product with a transposed view (saved as such), an in-place
+/// add of a view of the input.
+torch::Tensor views_stage3(
+    const torch::Tensor& s, const torch::Tensor& w2, const torch::Tensor& x) {
+  auto u = torch::mm(s.t(), w2);
+  u.add_(x.narrow(1, 0, u.size(1)));
+  return torch::tanh(u).sum();
+}
+
+TEST(DynamicRemat, ViewsAndInPlaceWritesMatchThePlainRun) {
+  torch::manual_seed(5);
+  const int64_t n = 128, d = 32;
+  auto x = torch::randn({n, d}).requires_grad_(true);
+  auto w1 = torch::randn({d, 2 * d}).requires_grad_(true);
+  auto w2 = torch::randn({d, d}).requires_grad_(true);
+  auto forward = [&](bool write_saved) {
+    return views_stage3(views_stage2(views_stage1(x, w1), write_saved), w2, x);
+  };
+  forward(false).backward();
+  const std::vector<torch::Tensor> expected = {
+      x.grad().clone(), w1.grad().clone(), w2.grad().clone()};
+  for (auto* tensor : {&x, &w1, &w2}) {
+    tensor->mutable_grad() = torch::Tensor();
+  }
+  // The largest storage one operator saves is h's (n x 2d floats).
+  const int64_t budget = n * 2 * d * 4 + n * d * 2;
+  remat::DynamicRematStats stats;
+  {
+    DynamicRemat scope(DynamicRematOptions().budget_bytes(budget));
+    forward(false).backward();
+    stats = scope.stats();
+  }
+  expect_all_bitwise_equal(
+      expected, {x.grad(), w1.grad(), w2.grad()}, "gradient");
+  EXPECT_GT(stats.evictions, 0);
+  EXPECT_GT(stats.rematerializations, 0);
+
+  // Writing a saved tensor in place is refused at backward, as without a
+  // scope (where autograd's own check refuses it).
+  EXPECT_THROW(forward(true).backward(), c10::Error);
+  {
+    DynamicRemat scope(DynamicRematOptions().budget_bytes(budget));
+    try {
+      forward(true).backward();
+      FAIL() << "a saved tensor written in place was not refused";
+    } catch (const c10::Error& error) {
+      EXPECT_NE(
+          std::string(error.what_without_backtrace())
+              .find("modified by an inplace operation"),
+          std::string::npos)
+          << error.what_without_backtrace();
+    }
+  }
+}
+
+TEST(DynamicRemat, RetainGraphRunsBackwardTwiceWithTheSameGradients) {
+  LoopNet model;
+  const torch::Tensor input = sample_input();
+  auto twice = [&](std::optional<int64_t> budget,
+                   remat::DynamicRematStats* stats) {
+    model->zero_grad();
+    torch::manual_seed(7);
+    std::optional<DynamicRemat> scope;
+    if (budget) {
+      scope.emplace(DynamicRematOptions().budget_bytes(*budget));
+    }
+    torch::Tensor loss = model->forward(input);
+    loss.backward({}, /*retain_graph=*/true);
+    loss.backward();
+    if (scope) {
+      *stats = scope->stats();
+    }
+    return grads_of(*model);
+  };
+  remat::DynamicRematStats stats;
+  const auto expected = twice(std::nullopt, &stats);
+  const auto actual = twice(block_saved_bytes(), &stats);
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    // Blocks past this input's count get no gradient in either run.
+    EXPECT_TRUE(
+        remat::testing::bitwise_equal_or_both_undefined(expected[i], actual[i]))
+        << "parameter grad #" << i;
+  }
+  EXPECT_GT(stats.rematerializations, 0);
+}
+
+TEST(DynamicRemat, ABudgetBelowOneOperatorIsRefusedNamingItAndTheBytes) {
+  auto x = torch::randn({1024, 1024}).requires_grad_(true);
+  auto w = torch::randn({1024, 1024}).requires_grad_(true);
+  DynamicRemat scope(DynamicRematOptions().budget_bytes(1024));
+  auto a = x * 2;  // saves nothing: a scalar product
+  auto b = w * 2;
+  try {
+    auto y = torch::mm(a, b);
+    FAIL() << "expected the budget to be refused";
+  } catch (const c10::Error& error) {
+    const std::string message = error.what_without_backtrace();
+    EXPECT_NE(
+        message.find("remat::DynamicRemat: budget 1.00 KiB is below what "
+                     "aten::mm needs (4.00 MiB"),
+        std::string::npos)
+        << message;
+  }
+  // Nothing was tracked for the refused call; the scope stays usable.
+  EXPECT_EQ(scope.stats().tracked_bytes, 0);
+  auto small = torch::randn({4, 4}).requires_grad_(true);
+  (small * small).sum().backward();
+  EXPECT_TRUE(bitwise_equal(small * 2, small.grad()));
+}
+
+TEST(DynamicRemat, InvalidOptionsAreRejectedWithTheValue) {
+  for (int64_t budget : {int64_t{0}, int64_t{-5}}) {
+    try {
+      DynamicRemat scope(DynamicRematOptions().budget_bytes(budget));
+      FAIL() << "accepted budget " << budget;
+    } catch (const c10::Error& error) {
+      const std::string message = error.what_without_backtrace();
+      EXPECT_NE(
+          message.find(
+              "expected budget_bytes > 0, got " + std::to_string(budget)),
+          std::string::npos)
+          << message;
+    }
+  }
+}
+
+TEST(DynamicRemat, NestedScopesAndScopesUnderOtherHooksAreRefused) {
+  {
+    DynamicRemat outer(DynamicRematOptions().budget_bytes(1 << 20));
+    EXPECT_THROW(
+        DynamicRemat(DynamicRematOptions().budget_bytes(1 << 20)), c10::Error);
+  }
+  remat::SavedTensorHooks hooks(
+      [](const torch::Tensor& t) -> std::any { return t; },
+      [](const std::any& packed) {
+        return std::any_cast<torch::Tensor>(packed);
+      });
+  try {
+    DynamicRemat scope(DynamicRematOptions().budget_bytes(1 << 20));
+    FAIL() << "opened under saved-tensor hooks";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(
+        std::string(error.what_without_backtrace()).find("checkpoint region"),
+        std::string::npos);
+  }
+}
+
+TEST(DynamicRemat, ACheckpointRegionInsideTheScopeKeepsItsOwnGradients) {
+  torch::manual_seed(9);
+  auto x = torch::randn({64, 32}).requires_grad_(true);
+  auto w = torch::randn({32, 32}).requires_grad_(true);
+  auto body = [&](const torch::Tensor& in) {
+    return torch::dropout(torch::relu(torch::mm(in, w)), 0.3, true);
+  };
+  torch::manual_seed(1);
+  body(body(x)).sum().backward();
+  const std::vector<torch::Tensor> expected = {
+      x.grad().clone(), w.grad().clone()};
+  x.mutable_grad() = torch::Tensor();
+  w.mutable_grad() = torch::Tensor();
+  {
+    DynamicRemat scope(DynamicRematOptions().budget_bytes(64 * 32 * 4));
+    torch::manual_seed(1);
+    auto h = body(x);
+    remat::checkpoint(body, h).sum().backward();
+  }
+  expect_all_bitwise_equal(expected, {x.grad(), w.grad()}, "gradient");
+}
+
+}  // namespace
+
+/// One step of `loss_of` inside a scope of `budget` bytes (none: plain), from
+/// seed 31: parameter gradients and buffers after it, and the counters.
+struct ModelStep {
+  std::vector<torch::Tensor> grads, buffers;
+  remat::DynamicRematStats stats;
+};
+
+ModelStep model_step(
+    torch::nn::Module& model,
+    const std::vector<torch::Tensor>& initial_buffers,
+    const std::function<torch::Tensor()>& loss_of,
+    std::optional<int64_t> budget) {
+  {
+    torch::NoGradGuard no_grad;
+    auto buffers = model.buffers();
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      buffers[i].copy_(initial_buffers[i]);
+    }
+  }
+  model.zero_grad();
+  torch::manual_seed(31);
+  ModelStep step;
+  {
+    std::optional<DynamicRemat> scope;
+    if (budget) {
+      scope.emplace(DynamicRematOptions().budget_bytes(*budget));
+    }
+    loss_of().backward();
+    if (scope) {
+      step.stats = scope->stats();
+    }
+  }
+  step.grads = grads_of(model);
+  for (const auto& buffer : model.buffers()) {
+    step.buffers.push_back(buffer.clone());
+  }
+  return step;
+}
+
+/// The built-in models (attention with dropout and masks, BatchNorm,
+/// pooling, convolutions, concatenated skips) at a third of what they save:
+/// gradients and buffers bitwise the plain run's.
+void expect_plain_at_a_third(
+    torch::nn::Module& model, const std::function<torch::Tensor()>& loss_of) {
+  std::vector<torch::Tensor> initial;
+  for (const auto& buffer : model.buffers()) {
+    initial.push_back(buffer.clone());
+  }
+  const ModelStep plain = model_step(model, initial, loss_of, std::nullopt);
+  const ModelStep roomy = model_step(model, initial, loss_of, int64_t{1} << 40);
+  ASSERT_EQ(roomy.stats.evictions, 0);
+  const int64_t budget = roomy.stats.tracked_peak_bytes / 3;
+  const ModelStep tight = model_step(model, initial, loss_of, budget);
+  for (size_t i = 0; i < plain.grads.size(); ++i) {
+    EXPECT_TRUE(remat::testing::bitwise_equal_or_both_undefined(
+        plain.grads[i], tight.grads[i]))
+        << "parameter grad #" << i;
+  }
+  expect_all_bitwise_equal(plain.buffers, tight.buffers, "buffer");
+  EXPECT_GT(tight.stats.evictions, 0);
+  EXPECT_GT(tight.stats.rematerializations, 0);
+  EXPECT_LT(tight.stats.tracked_peak_bytes, roomy.stats.tracked_peak_bytes);
+}
+
+TEST(DynamicRemat, TheBuiltInGptMatchesThePlainRun) {
+  namespace models = remat::models;
+  torch::manual_seed(21);
+  auto model = models::gpt(
+      models::GptOptions().vocab(32).seq_len(64).layers(2).hidden(64).heads(4));
+  const auto tokens = torch::randint(32, {4, 48});
+  const auto targets = torch::randint(32, {4, 48});
+  expect_plain_at_a_third(*model, [&] {
+    return models::gpt_loss(model->forward(tokens), targets);
+  });
+}
+
+TEST(DynamicRemat, TheBuiltInResNetWithBatchNormMatchesThePlainRun) {
+  namespace models = remat::models;
+  torch::manual_seed(23);
+  auto model = models::resnet_chain(
+      models::ResNetChainOptions().stage_channels({8, 16}).blocks_per_stage(1));
+  const auto images = torch::randn({4, 3, 16, 16});
+  expect_plain_at_a_third(*model, [&] { return model->forward(images).sum(); });
+}
+
+TEST(DynamicRemat, TheBuiltInUNetMatchesThePlainRun) {
+  namespace models = remat::models;
+  torch::manual_seed(25);
+  models::UNet model(
+      models::UNetOptions().levels(2).base_width(4).dropout(0.1));
+  const auto images = torch::randn({2, 1, 16, 16});
+  expect_plain_at_a_third(
+      *model, [&] { return model->forward(images).pow(2).mean(); });
+}
+
+TEST(DynamicRemat, ALongChainOfRecipesIsFreedWithoutDeepRecursion) {
+  // 60000 recorded calls, each recipe holding the previous value: freeing
+  // them recursively would overflow the stack.
+  auto x = torch::randn({4}).requires_grad_(true);
+  remat::DynamicRematStats stats;
+  {
+    DynamicRemat scope(DynamicRematOptions().budget_bytes(1 << 20));
+    torch::Tensor h = x;
+    for (int i = 0; i < 30000; ++i) {
+      h = torch::sin(h) + 1;
+    }
+    h.sum().backward();
+    stats = scope.stats();
+  }
+  EXPECT_GE(stats.recorded_calls, 60000);
+  EXPECT_TRUE(x.grad().defined());
+}
+
+TEST(DynamicRemat, TensorListsMultipleOutputsAndBranchesMatchThePlainRun) {
+  torch::manual_seed(13);
+  auto x = torch::randn({8, 4, 16, 16}).requires_grad_(true);
+  auto w = torch::randn({8, 4, 3, 3}).requires_grad_(true);
+  auto forward = [&] {
+    torch::Tensor h = torch::conv2d(x, w, {}, 1, 1);
+    for (int step = 0; step < 3; ++step) {
+      auto parts = h.split(4, /*dim=*/1);  // several views out
+      auto joined =
+          torch::cat({torch::relu(parts[0]), torch::sigmoid(parts[1])}, 1);
+      auto pooled =
+          std::get<0>(torch::max_pool2d_with_indices(joined, 3, 1, 1));
+      // A branch on the data, and a masked select of a tracked value.
+      h = pooled.mean().item<double>() > 0.5
+              ? torch::where(pooled > 0.2, pooled, pooled * 0.5)
+              : torch::stack({pooled, -pooled}).sum(0);
+      h = torch::dropout(h, 0.25, true) + h.tanh();
+    }
+    return h.pow(2).sum();
+  };
+  torch::manual_seed(2);
+  forward().backward();
+  const std::vector<torch::Tensor> expected = {
+      x.grad().clone(), w.grad().clone()};
+  x.mutable_grad() = torch::Tensor();
+  w.mutable_grad() = torch::Tensor();
+  remat::DynamicRematStats stats;
+  {
+    // Four activations of 8 x 8 x 16 x 16 floats: max pooling alone saves
+    // its input and int64 indices, three of them.
+    DynamicRemat scope(
+        DynamicRematOptions().budget_bytes(4 * 8 * 8 * 16 * 16 * 4));
+    torch::manual_seed(2);
+    forward().backward();
+    stats = scope.stats();
+  }
+  expect_all_bitwise_equal(expected, {x.grad(), w.grad()}, "gradient");
+  EXPECT_GT(stats.evictions, 0);
+  EXPECT_GT(stats.rematerializations, 0);
+}
