@@ -31,18 +31,18 @@
 //    checkpointing's answer and its own for the largest size within it. Each
 //    size is profiled once per fit and the profile kept, so every strategy
 //    is judged on the same numbers there; and the optimal strategy takes the
-//    fastest of its solver's plan and the other strategies' plans (they are
-//    in its class; the solver's memory slots may miss one of them), so at a
-//    size where another strategy fits within the limit, optimal does too:
-//    its search starts from the other strategies' answers, and its answer is
-//    never smaller than theirs. (Deciding on measured steps instead made
-//    the answer follow the noise of single medians.) Then every answer is
-//    confirmed by measurement: kTimedSteps rounds after kWarmupSteps, each
-//    running no checkpointing at its answer and every strategy at its own,
-//    interleaved (the order rotating by round); a strategy's time per unit
-//    over no checkpointing's of the same round gives the paired ratio
-//    FitAnswer::measured_time_ratio with its 95 % interval, which the caller
-//    reads against the limit.
+//    fastest of its solver's plan and the other strategy's plan (a chain's
+//    checkpoint_sequential, a graph's per-block: in its class, but the
+//    solver's memory slots may miss it), so at a size where that strategy
+//    fits within the limit, optimal does too: its search starts from that
+//    strategy's answer, and its answer is never smaller. (Deciding on measured
+//    steps instead made the answer follow the noise of single medians.) Then
+//    every answer is confirmed by measurement: kTimedSteps rounds after
+//    kWarmupSteps, each running no checkpointing at its answer and every
+//    strategy at its own, interleaved (the order rotating by round); a
+//    strategy's time per unit over no checkpointing's of the same round gives
+//    the paired ratio FitAnswer::measured_time_ratio with its 95 % interval,
+//    which the caller reads against the limit.
 // fit_batch is fit_size over the batch with the affine model; the only
 // thing of its own is the check that make_input(b) has batch b. A graph
 // (GraphFitProblem) runs the same steps on planner::Graph (a chain is
