@@ -153,6 +153,8 @@ const std::string kTinyMlp =
 const std::string kTinyGpt =
     "--model gpt --layers 1 --hidden 16 --heads 2 --seq 8 --batch 2 "
     "--threads 1";
+const std::string kTinyUNet =
+    "--model unet2d --levels 2 --hidden 4 --image 32 --batch 4 --threads 1";
 
 TEST(PlanBrief, CountsRecomputedForwards) {
   const auto plan =
@@ -585,6 +587,65 @@ TEST(RematBinary, TrainWithATransformerRecipeMatchesTheBaselineLosses) {
       run_remat("train " + kTinyMlp + " --steps 1 --recompute full");
   EXPECT_EQ(mlp.exit_code, 1) << describe(mlp);
   EXPECT_NE(mlp.err.find("--recompute full"), std::string::npos) << mlp.err;
+}
+
+// --recompute dynamic: no plan, the model run plainly inside a DynamicRemat
+// scope. Every built-in model trains with the baseline's losses, bitwise
+// (SGD, CPU), while the scope evicts and recomputes and the peak falls below
+// the baseline's; a GPT of varying sequence length too.
+TEST(RematBinary, TrainDynamicKeepsTheBaselinesLossesOnEveryModel) {
+  for (const std::string& model : std::vector<std::string>{
+           kTinyGpt, kTinyGpt + " --min-seq 3", kTinyMlp, kTinyUNet}) {
+    const ProcessResult result = run_remat(
+        "train " + model +
+        " --steps 6 --baseline-steps 6 --optimizer sgd --recompute dynamic "
+        "--budget 60% --json");
+    ASSERT_EQ(result.exit_code, 0) << model << "\n" << describe(result);
+    const auto report = nlohmann::json::parse(result.out);
+    EXPECT_EQ(report["recompute"], "dynamic") << model;
+    if (model.find("--min-seq") != std::string::npos) {
+      EXPECT_NE(
+          report["model"].get<std::string>().find("seq 3-8"), std::string::npos)
+          << report["model"];
+    }
+    EXPECT_EQ(report["baseline"]["max_loss_difference"].get<double>(), 0.0)
+        << model << ": losses differ from the no-checkpoint run";
+    const auto& dynamic = report["dynamic"];
+    ASSERT_TRUE(dynamic.is_object()) << model << "\n" << report;
+    // Not vacuous: the scope evicted and recomputed.
+    EXPECT_GT(dynamic["evictions_per_step_median"].get<double>(), 0) << model;
+    EXPECT_GT(dynamic["rematerializations_per_step_median"].get<double>(), 0)
+        << model;
+    EXPECT_GT(dynamic["tracked_peak_bytes"].get<int64_t>(), 0) << model;
+    // The first step's scope: half the budget less the input.
+    EXPECT_EQ(
+        dynamic["first_scope_budget_bytes"].get<int64_t>(),
+        (report["budget_bytes"].get<int64_t>() -
+         report["input_bytes"].get<int64_t>()) /
+            2)
+        << model;
+    EXPECT_LT(
+        report["activation_peak_bytes"].get<int64_t>(),
+        report["baseline"]["activation_peak_bytes"].get<int64_t>())
+        << model;
+  }
+}
+
+TEST(RematBinary, TrainDynamicAndVaryingLengthsRefuseWhatTheyCannotDo) {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {kTinyGpt + " --recompute dynamic --precision bf16", "--precision bf16"},
+      {kTinyGpt + " --recompute dynamic --compress int8", "--compress int8"},
+      {kTinyGpt + " --recompute dynamic --selective", "--selective"},
+      {kTinyGpt + " --recompute dynamic --budget 1B", "--budget"},
+      {kTinyGpt + " --min-seq 9", "--min-seq: expected"},
+      {kTinyMlp + " --min-seq 4", "--min-seq: only --model gpt"},
+  };
+  for (const auto& [flags, message] : refused) {
+    const ProcessResult result = run_remat("train " + flags + " --steps 1");
+    EXPECT_NE(result.exit_code, 0) << flags << "\n" << describe(result);
+    EXPECT_NE(result.err.find(message), std::string::npos) << flags << "\n"
+                                                           << result.err;
+  }
 }
 
 // The promise is "measured peak <= budget": a run at exactly its measured
@@ -1022,8 +1083,6 @@ TEST(RematBinary, FitFlagsAnswersAtTheSearchBound) {
 }
 
 // A small 2D U-Net: 2 levels of base width 4 on 32x32 phantoms.
-const std::string kTinyUNet =
-    "--model unet2d --levels 2 --hidden 4 --image 32 --batch 4 --threads 1";
 
 // Dice values of a train --json report, in step order.
 std::vector<double> dice_of(const nlohmann::json& report) {

@@ -66,7 +66,8 @@ struct TrainOptions {
   std::string mode = "nonreentrant";
   /// none | full | attention | selective: the GPT's own recipe
   /// (models::GptRecompute), no plan; optimal: the plan of --strategy and
-  /// --budget.
+  /// --budget; dynamic: no plan, the model run plainly inside a
+  /// DynamicRemat scope within --budget (any model).
   std::string recompute = "optimal";
   /// none | bf16 | fp16 | int8: saved activations stored compressed (lossy).
   std::string compress = "none";

@@ -388,6 +388,10 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
   set_targets_(batch);
   {
     AutocastGuard autocast(c10::kCPU, precision_);
+    std::optional<DynamicRemat> scope;
+    if (dynamic_) {
+      scope.emplace(*dynamic_);
+    }
     const measure::StepMeasurement measured = measure::measure_step(
         batch.inputs.device(),
         [&] {
@@ -411,6 +415,9 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
     result.backward_ms = measured.backward_ms;
     result.activation_peak_bytes = measured.activation_peak_bytes();
     result.loss = measured.loss.item<double>();
+    if (scope) {
+      result.dynamic = scope->stats();
+    }
   }
 #if REMAT_WITH_DISTRIBUTED
   if (group_) {
@@ -426,6 +433,18 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
     optimizer_state_bytes_ += meter_.current_bytes() - before;
   }
   return result;
+}
+
+void Trainer::run_dynamic(DynamicRematOptions options) {
+  TORCH_CHECK(
+      precision_ == Precision::kFloat32 && !compress_,
+      "remat::cli::Trainer::run_dynamic: expected fp32 and no compression "
+      "(a DynamicRemat scope refuses autocast and other saved-tensor hooks)");
+#if REMAT_WITH_DISTRIBUTED
+  TORCH_CHECK(
+      !group_, "remat::cli::Trainer::run_dynamic: expected no process group");
+#endif
+  dynamic_ = options;
 }
 
 planner::ModelState measure_model_state(

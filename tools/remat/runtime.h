@@ -46,6 +46,7 @@
 #include <remat/checkpoint.h>
 #include <remat/compress.h>
 #include <remat/config.h>
+#include <remat/dynamic.h>
 #include <remat/graph.h>
 #if REMAT_WITH_DISTRIBUTED
 #include <remat/distributed.h>
@@ -190,6 +191,9 @@ struct StepResult {
     return parameter_state_bytes + optimizer_state_bytes +
            activation_peak_bytes;
   }
+  /// A dynamic trainer's (Trainer::run_dynamic) scope counters for the
+  /// step's forward and backward; nullopt otherwise.
+  std::optional<DynamicRematStats> dynamic;
 };
 
 /// The optimizer a Trainer steps with.
@@ -257,6 +261,13 @@ class Trainer {
   const Executor& executor() const {
     return *executor_;
   }
+  /// Runs the forward and backward of every following step inside a
+  /// DynamicRemat scope of `options` (with a plan of Strategy none, the
+  /// model itself runs plainly: the scope alone decides what is kept);
+  /// StepResult::dynamic then reports the scope's counters.
+  /// REQUIRES: the Trainer's precision is fp32, it compresses nothing and
+  /// has no group (the scope refuses autocast and other saved-tensor hooks).
+  void run_dynamic(DynamicRematOptions options);
   /// Runs `use` with the model's full parameters in its modules (gathered
   /// from the shards when sharded: a collective, every rank must call it).
   void with_full_parameters(const std::function<void()>& use);
@@ -273,6 +284,7 @@ class Trainer {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::optional<CompressOptions> compress_;
+  std::optional<DynamicRematOptions> dynamic_;
   Precision precision_;
 #if REMAT_WITH_DISTRIBUTED
   std::optional<distributed::ProcessGroup> group_;

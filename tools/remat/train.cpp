@@ -25,6 +25,12 @@
 // autocast (runtime.h), so the plan is made from bf16 measurements and the
 // losses still compare bitwise.
 //
+// --recompute dynamic (any model): no plan; the planned trainer runs the
+// model plainly inside a DynamicRemat scope (Trainer::run_dynamic) whose
+// budget is half the run's budget less the input at the first step, then,
+// before each step, the budget less the largest overhead a step has shown
+// beyond the scope's tracked bytes (retune_dynamic_scope; docs/cli.md).
+//
 // Self-correction: an optimal plan (--strategy optimal, chain or graph; not
 // a GPT recipe, not in a process group, where every rank must run rank 0's
 // plan) corrects itself unless --fixed-plan is given (runtime.h,
@@ -172,11 +178,13 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
       ->add_option(
           "--recompute",
           options.recompute,
-          "optimal: the plan of --strategy/--budget; none, full (each block), "
-          "attention (each attention core) or selective (each block, "
-          "matmul outputs kept): the GPT's own recipe, no plan")
-      ->check(
-          CLI::IsMember({"optimal", "none", "full", "attention", "selective"}))
+          "optimal: the plan of --strategy/--budget; dynamic: no plan, a "
+          "DynamicRemat scope keeps the saved activations within --budget "
+          "(any model); none, full (each block), attention (each attention "
+          "core) or selective (each block, matmul outputs kept): the GPT's "
+          "own recipe, no plan")
+      ->check(CLI::IsMember(
+          {"optimal", "dynamic", "none", "full", "attention", "selective"}))
       ->capture_default_str();
   command
       ->add_option(
@@ -463,6 +471,24 @@ struct TrainRun {
   std::vector<double> baseline_step_ms;
   std::vector<double> compared_step_ms;  ///< the planned run, same steps
   double max_loss_difference = 0;
+  /// --recompute dynamic: the scope's budget and what it did.
+  struct Dynamic {
+    /// The scope's budget at the first step (dynamic_scope) and now
+    /// (retune_dynamic_scope).
+    int64_t first_scope_budget_bytes = 0;
+    int64_t scope_budget_bytes = 0;
+    /// The most a step's peak (activations + input) has exceeded what the
+    /// scope held, in bytes and per byte of the step's batch input
+    /// (observe_dynamic_step).
+    int64_t overhead_bytes = 0;
+    double overhead_per_input_byte = 0;
+    /// The highest tracked peak over the steps.
+    int64_t tracked_peak_bytes = 0;
+    /// Per step: storages evicted, recorded calls re-run.
+    std::vector<double> evictions;
+    std::vector<double> rematerializations;
+  };
+  std::optional<Dynamic> dynamic;
 };
 
 /// The numbers the renderers print.
@@ -502,6 +528,29 @@ void check_graph_flags(const TrainOptions& options) {
 
 /// Refuses flag combinations of --recompute and --budget before any work.
 void check_recompute_flags(const TrainOptions& options, bool recipe) {
+  if (options.recompute == "dynamic") {
+    // The scope refuses autocast and other saved-tensor hooks.
+    auto refuse = [&](const std::string& flag, const std::string& why) {
+      return UsageError(
+          flag + ": not supported with --recompute dynamic (" + why + ")");
+    };
+    if (options.precision != "fp32") {
+      throw refuse(
+          "--precision " + options.precision,
+          "a DynamicRemat scope refuses autocast");
+    }
+    if (options.compress != "none") {
+      throw refuse(
+          "--compress " + options.compress,
+          "the scope's saved-tensor hooks are the only ones");
+    }
+    if (options.selective) {
+      throw refuse("--selective", "there is no plan to choose it");
+    }
+    if (options.nproc > 0 || options.rank >= 0 || options.shard) {
+      throw refuse("--nproc, --rank and --shard", "one process only");
+    }
+  }
   if (recipe && options.model.model != "gpt") {
     throw UsageError(
         "--recompute " + options.recompute +
@@ -576,10 +625,13 @@ PlanChoice plan_training(
     const planner::Chain& chain,
     bool recipe,
     Parallel& parallel) {
-  if (recipe) {
+  if (recipe || run.dynamic) {
     PlanChoice choice = choose_plan(
         chain, run.strategy, Budget::none(), BudgetOrigin::kDefault);
-    if (options.budget.budget_given && !run.budget.is_none()) {
+    if (run.dynamic) {
+      choice.budget_bytes = run.budget.resolve_bytes(chain);
+      choice.budget_text = run.budget.to_string();
+    } else if (options.budget.budget_given && !run.budget.is_none()) {
       choice.budget_bytes = run.budget.resolve_bytes(chain);
       choice.budget_text = run.budget.to_string() +
                            ", checked (the recipe decides what is kept)";
@@ -611,6 +663,70 @@ PlanChoice plan_training(
   return choice;
 }
 
+/// --recompute dynamic's scope budget at the first step: half of the run's
+/// budget less the input. Throws UsageError naming the budget if it does
+/// not exceed the input.
+TrainRun::Dynamic dynamic_scope(int64_t input_bytes, const PlanChoice& choice) {
+  const int64_t budget = *choice.budget_bytes;
+  if (budget <= input_bytes) {
+    throw UsageError(
+        "--budget " + choice.budget_text + " = " + count(budget, "byte") +
+        ": --recompute dynamic needs more than the input's " +
+        count(input_bytes, "byte"));
+  }
+  TrainRun::Dynamic dynamic;
+  dynamic.scope_budget_bytes = (budget - input_bytes) / 2;
+  dynamic.first_scope_budget_bytes = dynamic.scope_budget_bytes;
+  return dynamic;
+}
+
+/// Records what a dynamic step (fed `batch_input_bytes` of input) needed
+/// beyond the scope's tracked bytes: its overhead, the most its peak
+/// (activations + input) held beyond what the scope held (the input,
+/// gradients in flight, temporaries, tensors the running code holds),
+/// measured against the scope's budget when it evicted, else against its
+/// tracked peak.
+void observe_dynamic_step(
+    TrainRun& run, const StepResult& result, int64_t batch_input_bytes) {
+  TrainRun::Dynamic& dynamic = *run.dynamic;
+  const int64_t peak = result.activation_peak_bytes + run.input_bytes;
+  const int64_t held = result.dynamic->evictions > 0
+                           ? dynamic.scope_budget_bytes
+                           : result.dynamic->tracked_peak_bytes;
+  const int64_t overhead = peak - held;
+  dynamic.overhead_bytes = std::max(dynamic.overhead_bytes, overhead);
+  dynamic.overhead_per_input_byte = std::max(
+      dynamic.overhead_per_input_byte,
+      static_cast<double>(overhead) /
+          static_cast<double>(std::max<int64_t>(1, batch_input_bytes)));
+}
+
+/// Before a dynamic step after the first, sets the scope's budget: the
+/// run's budget less the overhead expected (the largest seen, or, for a
+/// larger batch than seen, the largest per byte of input times this one's
+/// `batch_input_bytes`) and a margin of 1/32 of the budget. Never below a
+/// quarter of the first step's budget (a budget the overhead alone fills is
+/// not kept: the summary says by how much) nor above the budget less the
+/// input.
+void retune_dynamic_scope(
+    TrainRun& run, int64_t batch_input_bytes, Trainer& trainer) {
+  TrainRun::Dynamic& dynamic = *run.dynamic;
+  const int64_t budget = *run.choice.budget_bytes;
+  const auto overhead = std::max<int64_t>(
+      dynamic.overhead_bytes,
+      static_cast<int64_t>(std::ceil(
+          dynamic.overhead_per_input_byte *
+          static_cast<double>(batch_input_bytes))));
+  const int64_t retuned = std::clamp<int64_t>(
+      budget - overhead - budget / 32,
+      std::max<int64_t>(1, dynamic.first_scope_budget_bytes / 4),
+      budget - run.input_bytes);
+  if (retuned != dynamic.scope_budget_bytes) {
+    dynamic.scope_budget_bytes = retuned;
+    trainer.run_dynamic(DynamicRematOptions().budget_bytes(retuned));
+  }
+}
+
 /// The lines before training: the budget, the plan and its prediction.
 void print_plan(
     const TrainOptions& options,
@@ -634,6 +750,14 @@ void print_plan(
   if (recipe) {
     out << "recompute " << options.recompute
         << ": the GPT's own recipe (no plan, no prediction)\n";
+    return;
+  }
+  if (run.dynamic) {
+    out << "dynamic   no plan: a DynamicRemat scope keeps the saved "
+           "activations within "
+        << planner::format_bytes(run.dynamic->scope_budget_bytes)
+        << " at the first step (half the budget less the input), then the "
+           "budget less the most a step has needed beyond them\n";
     return;
   }
   out << "plan      " << run.strategy_name << ": " << plan_brief(choice.plan)
@@ -687,6 +811,10 @@ Trainers make_graph_trainers(
       optimizer,
       run.precision,
       correction);
+  if (run.dynamic) {
+    trainers.planned->run_dynamic(
+        DynamicRematOptions().budget_bytes(run.dynamic->scope_budget_bytes));
+  }
   return trainers;
 }
 
@@ -736,6 +864,10 @@ Trainers make_trainers(
       options.shard
 #endif
   );
+  if (run.dynamic) {
+    trainers.planned->run_dynamic(
+        DynamicRematOptions().budget_bytes(run.dynamic->scope_budget_bytes));
+  }
   (void)parallel;
   return trainers;
 }
@@ -779,6 +911,14 @@ void record_step(TrainRun& run, const StepResult& result) {
   run.total_peak_bytes = std::max(run.total_peak_bytes, total_peak);
   run.losses.push_back(result.loss);
   run.step_ms.push_back(result.step_ms());
+  if (run.dynamic && result.dynamic) {
+    TrainRun::Dynamic& dynamic = *run.dynamic;
+    dynamic.tracked_peak_bytes = std::max(
+        dynamic.tracked_peak_bytes, result.dynamic->tracked_peak_bytes);
+    dynamic.evictions.push_back(static_cast<double>(result.dynamic->evictions));
+    dynamic.rematerializations.push_back(
+        static_cast<double>(result.dynamic->rematerializations));
+  }
   run.peak_bytes = std::max(run.peak_bytes, peak);
   run.activation_peak_bytes =
       std::max(run.activation_peak_bytes, result.activation_peak_bytes);
@@ -932,10 +1072,17 @@ void run_steps(
   for (int64_t step = 0; step < options.steps; ++step) {
     const Batch batch = parallel.slice(workload.next_batch());
     const uint64_t seed = step_seed(options.seed, step);
+    const auto batch_input_bytes = static_cast<int64_t>(batch.inputs.nbytes());
+    if (run.dynamic && step > 0) {
+      retune_dynamic_scope(run, batch_input_bytes, *trainers.planned);
+    }
     measure::Timer step_timer;
     const StepResult result = trainers.planned->step(batch, seed);
     planned_wall_s += seconds_since(step_timer);
     record_step(run, result);
+    if (run.dynamic) {
+      observe_dynamic_step(run, result, batch_input_bytes);
+    }
     if (step < run.baseline_steps) {
       step_timer.restart();
       const StepResult reference = trainers.baseline->step(batch, seed);
@@ -1012,7 +1159,11 @@ Trainers prepare_chain_training(
   run.resident_bytes = chain.resident_bytes();
   run.predicted_state = chain.model_state();
   run.choice = plan_training(options, run, chain, recipe, parallel);
-  run.self_correct = !options.fixed_plan && !recipe && !parallel.joined() &&
+  if (run.dynamic) {
+    run.dynamic = dynamic_scope(run.input_bytes, run.choice);
+  }
+  run.self_correct = !options.fixed_plan && !recipe && !run.dynamic &&
+                     !parallel.joined() &&
                      run.strategy.kind == planner::Strategy::Kind::kOptimal;
   if (!options.json) {
     print_plan(options, run, recipe, io.out);
@@ -1036,7 +1187,10 @@ Trainers prepare_graph_training(
     Workload& workload,
     const CommandIo& io,
     std::shared_ptr<torch::nn::Module>& saved) {
-  const GraphStrategy strategy = parse_graph_strategy(options.budget.strategy);
+  // --recompute dynamic: the stages run plainly inside the scope.
+  const GraphStrategy strategy =
+      run.dynamic ? GraphStrategy::kNone
+                  : parse_graph_strategy(options.budget.strategy);
   run.strategy_name = to_string(strategy);
   run.self_correct = !options.fixed_plan && strategy == GraphStrategy::kOptimal;
   const TrainingGraph& model = workload.training_graph();
@@ -1052,12 +1206,24 @@ Trainers prepare_graph_training(
           OptimizerChoice{options.optimizer, options.lr}.state_ratio()));
   run.input_bytes = graph.input_bytes();
   run.predicted_state = graph.model_state();
-  run.choice = choose_graph_plan(
-      graph,
-      strategy,
-      model.encoder_stages,
-      run.budget,
-      options.budget.origin());
+  if (run.dynamic) {
+    run.choice = choose_graph_plan(
+        graph,
+        strategy,
+        model.encoder_stages,
+        Budget::none(),
+        BudgetOrigin::kDefault);
+    run.choice.budget_bytes = run.budget.resolve_bytes(graph);
+    run.choice.budget_text = run.budget.to_string();
+    run.dynamic = dynamic_scope(run.input_bytes, run.choice);
+  } else {
+    run.choice = choose_graph_plan(
+        graph,
+        strategy,
+        model.encoder_stages,
+        run.budget,
+        options.budget.origin());
+  }
   if (!options.json) {
     print_plan(options, run, /*recipe=*/false, io.out);
   }
@@ -1069,10 +1235,14 @@ TrainRun measure_training(
     const TrainOptions& options, Parallel& parallel, const CommandIo& io) {
   const bool human = !options.json;
   const measure::Timer run_timer;
-  const bool recipe = options.recompute != "optimal";
+  const bool dynamic = options.recompute == "dynamic";
+  const bool recipe = options.recompute != "optimal" && !dynamic;
   check_recompute_flags(options, recipe);
   TrainRun run;
   run.recompute = options.recompute;
+  if (dynamic) {
+    run.dynamic.emplace();  // its scope budget once the model is profiled
+  }
   run.compress = options.compress;
   run.optimizer = options.optimizer;
   run.precision = cpu_precision(options.precision);
@@ -1089,7 +1259,7 @@ TrainRun measure_training(
           "; a chain checkpoints every block with uniform:K (K = its stages)");
     }
     run.strategy = planner::Strategy::parse(
-        recipe ? std::string("none") : options.budget.strategy);
+        recipe || dynamic ? std::string("none") : options.budget.strategy);
     run.strategy_name = run.strategy.to_string();
   }
   run.budget = Budget::parse(options.budget.budget);
@@ -1115,7 +1285,8 @@ TrainRun measure_training(
                 : prepare_chain_training(
                       options, run, workload, parallel, recipe, io, saved);
   if (human) {
-    io.out << "executor  " << trainers.planned->executor().description() << "; "
+    io.out << "executor  " << trainers.planned->executor().description()
+           << (dynamic ? " inside a DynamicRemat scope" : "") << "; "
            << options.steps << " steps";
     if (with_baseline) {
       io.out << ", the first " << run.baseline_steps
@@ -1209,6 +1380,19 @@ void render_json(
     report["stage_times"] = stages;
   }
   report["predicted_peak_bytes"] = run.predicted_peak_bytes;
+  if (run.dynamic) {
+    // The scope's budget at the first and after the last step, the
+    // highest tracked peak, and per step evictions and re-runs (medians).
+    const TrainRun::Dynamic& dynamic = *run.dynamic;
+    report["dynamic"] = {
+        {"first_scope_budget_bytes", dynamic.first_scope_budget_bytes},
+        {"scope_budget_bytes", dynamic.scope_budget_bytes},
+        {"overhead_bytes", dynamic.overhead_bytes},
+        {"tracked_peak_bytes", dynamic.tracked_peak_bytes},
+        {"evictions_per_step_median", planner::median(dynamic.evictions)},
+        {"rematerializations_per_step_median",
+         planner::median(dynamic.rematerializations)}};
+  }
   report["input_bytes"] = run.input_bytes;
   report["steps"] = run.steps;
   report["first_loss"] = run.losses.front();
@@ -1360,6 +1544,16 @@ void render_text(
         << '\n';
   }
   render_memory(run, out);
+  if (run.dynamic) {
+    const TrainRun::Dynamic& dynamic = *run.dynamic;
+    out << "  dynamic         scope budget "
+        << format_bytes(dynamic.first_scope_budget_bytes) << " -> "
+        << format_bytes(dynamic.scope_budget_bytes) << ", tracked peak "
+        << format_bytes(dynamic.tracked_peak_bytes) << "; per step (medians) "
+        << fixed(planner::median(dynamic.evictions), 0) << " evictions, "
+        << fixed(planner::median(dynamic.rematerializations), 0)
+        << " re-runs\n";
+  }
   if (run.baseline_steps == 0) {
     out << "  step time       " << fixed(summary.step_ms_median, 1)
         << " ms median (no baseline run)\n";

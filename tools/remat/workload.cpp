@@ -76,6 +76,13 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
       ->capture_default_str();
   command
       .add_option(
+          "--min-seq",
+          flags.min_seq,
+          "gpt: batches of varying length: the first --seq long, the others "
+          "uniformly between this and --seq (0: all --seq long)")
+      ->capture_default_str();
+  command
+      .add_option(
           "--levels",
           flags.levels,
           "unet: resolution levels (--image must divide by 2^levels)")
@@ -201,6 +208,11 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
         "--dropout: expected a probability in [0, 1), got " +
         std::to_string(flags.dropout));
   }
+  if (flags.min_seq != 0 && flags.model != "gpt") {
+    throw UsageError(
+        "--min-seq: only --model gpt has sequences, got --model " +
+        flags.model);
+  }
   if (!flags.data.empty() && flags.model != "gpt") {
     throw UsageError(
         "--data: only --model gpt trains on text, got --model " + flags.model);
@@ -210,6 +222,12 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
   if (flags.model == "gpt") {
     require_positive("--heads", flags.heads);
     require_positive("--seq", flags.seq);
+    if (flags.min_seq < 0 || flags.min_seq > flags.seq) {
+      throw UsageError(
+          "--min-seq: expected 0 (fixed length) or a length in [1, --seq " +
+          std::to_string(flags.seq) + "], got " +
+          std::to_string(flags.min_seq));
+    }
     if (flags.hidden % flags.heads != 0) {
       throw UsageError(
           "--heads: must divide --hidden " + std::to_string(flags.hidden) +
@@ -234,8 +252,10 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
                              .heads(flags.heads)
                              .dropout(flags.dropout));
     detail << flags.layers << " layers, hidden " << flags.hidden << ", "
-           << flags.heads << " heads, seq " << flags.seq << ", batch "
-           << flags.batch << "; vocab " << tokenizer.vocab_size() << ", "
+           << flags.heads << " heads, seq "
+           << (flags.min_seq > 0 ? std::to_string(flags.min_seq) + "-" : "")
+           << flags.seq << ", batch " << flags.batch << "; vocab "
+           << tokenizer.vocab_size() << ", "
            << (flags.data.empty() ? "built-in text" : flags.data) << " "
            << planner::format_bytes(static_cast<int64_t>(text.size()));
   } else if (flags.model == "mlp") {
@@ -352,14 +372,22 @@ Batch Workload::next_batch() {
     batch.inputs = data.images;
     batch.targets = data.labels;
   } else if (flags_.model == "gpt") {
-    const int64_t windows = data_.size(0) - flags_.seq - 1;
+    // --min-seq: every batch after the first draws its own length.
+    const int64_t seq =
+        flags_.min_seq > 0 && batches_drawn_ > 0
+            ? torch::randint(
+                  flags_.min_seq, flags_.seq + 1, {1}, generator_, torch::kLong)
+                  .item<int64_t>()
+            : flags_.seq;
+    ++batches_drawn_;
+    const int64_t windows = data_.size(0) - seq - 1;
     torch::Tensor starts =
         torch::randint(windows + 1, {flags_.batch}, generator_, torch::kLong);
-    torch::Tensor offsets = torch::arange(flags_.seq + 1, torch::kLong);
+    torch::Tensor offsets = torch::arange(seq + 1, torch::kLong);
     torch::Tensor windows_tokens =
         data_.index({starts.unsqueeze(1) + offsets.unsqueeze(0)});
-    batch.inputs = windows_tokens.slice(1, 0, flags_.seq).contiguous();
-    batch.targets = windows_tokens.slice(1, 1, flags_.seq + 1).contiguous();
+    batch.inputs = windows_tokens.slice(1, 0, seq).contiguous();
+    batch.targets = windows_tokens.slice(1, 1, seq + 1).contiguous();
   } else if (flags_.model == "mlp") {
     batch.inputs = torch::randn({flags_.batch, flags_.hidden}, generator_);
     batch.targets = batch.inputs.matmul(data_).argmax(1);

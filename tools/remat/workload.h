@@ -65,6 +65,10 @@ struct ModelFlags {
   int64_t heads = 4;
   /// gpt: context length in characters.
   int64_t seq = 64;
+  /// gpt: with a value in [1, seq), batches vary in length: the first is
+  /// --seq long (what plans and profiles are made on), every later one
+  /// uniformly between --min-seq and --seq. 0: every batch is --seq long.
+  int64_t min_seq = 0;
   /// unet2d, unet3d: resolution levels (poolings).
   int64_t levels = 3;
   /// resnet: image height and width; unet2d, unet3d: image (volume) edge.
@@ -77,7 +81,7 @@ struct ModelFlags {
   std::string data;
 };
 
-/// Registers --model, --layers, --hidden, --heads, --seq, --levels,
+/// Registers --model, --layers, --hidden, --heads, --seq, --min-seq, --levels,
 /// --image, --dropout, --batch and --data on `command`, with `flags` holding
 /// the defaults (shown in --help) and receiving the values; for a U-Net, the
 /// flags not given take unet_defaults() after parsing.
