@@ -484,7 +484,9 @@ struct TrainRun {
     double overhead_per_input_byte = 0;
     /// The highest tracked peak over the steps.
     int64_t tracked_peak_bytes = 0;
-    /// Per step: storages evicted, recorded calls re-run.
+    /// Per step: operator calls recorded, storages evicted, recorded calls
+    /// re-run.
+    std::vector<double> recorded_calls;
     std::vector<double> evictions;
     std::vector<double> rematerializations;
   };
@@ -915,6 +917,8 @@ void record_step(TrainRun& run, const StepResult& result) {
     TrainRun::Dynamic& dynamic = *run.dynamic;
     dynamic.tracked_peak_bytes = std::max(
         dynamic.tracked_peak_bytes, result.dynamic->tracked_peak_bytes);
+    dynamic.recorded_calls.push_back(
+        static_cast<double>(result.dynamic->recorded_calls));
     dynamic.evictions.push_back(static_cast<double>(result.dynamic->evictions));
     dynamic.rematerializations.push_back(
         static_cast<double>(result.dynamic->rematerializations));
@@ -1389,6 +1393,8 @@ void render_json(
         {"scope_budget_bytes", dynamic.scope_budget_bytes},
         {"overhead_bytes", dynamic.overhead_bytes},
         {"tracked_peak_bytes", dynamic.tracked_peak_bytes},
+        {"recorded_calls_per_step_median",
+         planner::median(dynamic.recorded_calls)},
         {"evictions_per_step_median", planner::median(dynamic.evictions)},
         {"rematerializations_per_step_median",
          planner::median(dynamic.rematerializations)}};
@@ -1552,7 +1558,8 @@ void render_text(
         << format_bytes(dynamic.tracked_peak_bytes) << "; per step (medians) "
         << fixed(planner::median(dynamic.evictions), 0) << " evictions, "
         << fixed(planner::median(dynamic.rematerializations), 0)
-        << " re-runs\n";
+        << " re-runs of " << fixed(planner::median(dynamic.recorded_calls), 0)
+        << " recorded calls\n";
   }
   if (run.baseline_steps == 0) {
     out << "  step time       " << fixed(summary.step_ms_median, 1)
