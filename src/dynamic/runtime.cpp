@@ -143,18 +143,23 @@ void DynamicRuntime::close() {
 
 // ---- recording --------------------------------------------------------------
 
-std::shared_ptr<DynamicValue> DynamicRuntime::find(
+const std::vector<std::shared_ptr<DynamicValue>>* DynamicRuntime::registered_on(
     const at::Tensor& tensor) const {
   if (!recordable_tensor(tensor)) {
     return nullptr;
   }
   const auto found = registry_.find(tensor.storage().unsafeGetStorageImpl());
-  if (found == registry_.end()) {
+  return found == registry_.end() ? nullptr : &found->second.values;
+}
+
+std::shared_ptr<DynamicValue> DynamicRuntime::find(
+    const at::Tensor& tensor) const {
+  const auto* values = registered_on(tensor);
+  if (values == nullptr) {
     return nullptr;
   }
   const int64_t version = version_of(tensor);
-  const auto& values = found->second.values;
-  for (auto it = values.rbegin(); it != values.rend(); ++it) {
+  for (auto it = values->rbegin(); it != values->rend(); ++it) {
     if ((*it)->version == version && same_geometry(**it, tensor)) {
       return *it;
     }
@@ -167,20 +172,15 @@ std::shared_ptr<DynamicValue> DynamicRuntime::find_or_view(
   if (auto value = find(tensor)) {
     return value;
   }
-  if (!recordable_tensor(tensor)) {
-    return nullptr;
-  }
   // A view made below autograd (inside a kernel): rebuilt from a recorded
   // value that spans its whole storage, whatever part the view covers.
-  const auto found = registry_.find(tensor.storage().unsafeGetStorageImpl());
-  if (found == registry_.end()) {
+  const auto* values = registered_on(tensor);
+  if (values == nullptr) {
     return nullptr;
   }
   const int64_t version = version_of(tensor);
   const auto storage_bytes = static_cast<int64_t>(tensor.storage().nbytes());
-  for (auto it = found->second.values.rbegin();
-       it != found->second.values.rend();
-       ++it) {
+  for (auto it = values->rbegin(); it != values->rend(); ++it) {
     const DynamicValue& base = **it;
     int64_t numel = 1;
     for (const int64_t size : base.sizes) {

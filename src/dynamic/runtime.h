@@ -191,6 +191,10 @@ class DynamicRuntime : public std::enable_shared_from_this<DynamicRuntime> {
     std::vector<DynamicValue*> values;
   };
 
+  /// The values recorded on `tensor`'s storage (nullptr: none, or a tensor
+  /// that cannot be recorded).
+  const std::vector<std::shared_ptr<DynamicValue>>* registered_on(
+      const at::Tensor& tensor) const;
   std::shared_ptr<DynamicValue> find(const at::Tensor& tensor) const;
   std::shared_ptr<DynamicValue> find_or_view(const at::Tensor& tensor);
   void register_output(
