@@ -762,6 +762,18 @@ Section run_e8(const E8Options& options, const Context& context) {
   run_subject(
       unet_subject(options, context), options, context, section, verdicts);
   run_varying(options, context, section, verdicts);
+  section.add_text(
+      "**Reading the tables.** The two budgets bound different things. A "
+      "static plan's bounds the predicted activation peak of the whole step, "
+      "backward's temporaries included, and its measured peak stays within "
+      "it. The scope's bounds only the saved tensors it tracks: its measured "
+      "peak lies above the budget by backward's working memory (gradients in "
+      "flight, the inputs of a re-run operator) and by what the code still "
+      "holds, and its tracked peak by the tensor whose saving triggers an "
+      "eviction. So dynamic and optimal are compared at equal budgets, not "
+      "at equal measured peaks; at the same budget dynamic keeps more. Sides "
+      "run in a fixed order within each round (none first), so an interval "
+      "that excludes 1 by a few per cent may be an effect of that order.");
   section.add_text(targets_text(verdicts));
   section.add_text(
       "Not measured here: a GPU; budgets below 50 % (each model's minimum "
