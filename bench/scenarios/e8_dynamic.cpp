@@ -198,18 +198,26 @@ struct Verdicts {
   }
 };
 
+// Met when every interval lies at or below `limit`, missed when one lies
+// wholly above it, undecided otherwise (an interval contains the limit).
 std::string judged(
     const std::string& target,
     double limit,
     const std::vector<std::pair<std::string, RatioInterval>>& rows) {
-  std::ostringstream text;
-  int64_t met = 0;
+  int64_t medians_within = 0;
+  bool all_below = true;
+  bool one_above = false;
   for (const auto& [name, ratio] : rows) {
-    met += ratio.median <= limit;
+    medians_within += ratio.median <= limit;
+    all_below = all_below && ratio.high <= limit;
+    one_above = one_above || ratio.low > limit;
   }
+  std::ostringstream text;
   text << "- " << target << ": "
-       << (met == int64_t(rows.size()) ? "**met**" : "**missed**") << " ("
-       << met << " of " << rows.size() << " medians within;";
+       << (one_above   ? "**missed**"
+           : all_below ? "**met**"
+                       : "**undecided** (an interval contains the target)")
+       << " (" << medians_within << " of " << rows.size() << " medians within;";
   for (const auto& [name, ratio] : rows) {
     text << " " << name << " " << Cell::ratio_interval(ratio).markdown() << ";";
   }
