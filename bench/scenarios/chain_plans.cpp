@@ -38,6 +38,46 @@ int64_t stage_forwards(const planner::Plan& plan) {
       });
 }
 
+std::vector<torch::Tensor> gradients(torch::nn::Module& model) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& parameter : model.parameters()) {
+    grads.push_back(parameter.grad().detach().clone());
+  }
+  return grads;
+}
+
+void append(Measurement& into, const Measurement& step) {
+  into.forward_ms.insert(
+      into.forward_ms.end(), step.forward_ms.begin(), step.forward_ms.end());
+  into.backward_ms.insert(
+      into.backward_ms.end(), step.backward_ms.begin(), step.backward_ms.end());
+  into.step_ms.insert(
+      into.step_ms.end(), step.step_ms.begin(), step.step_ms.end());
+  into.cpu_ms.insert(into.cpu_ms.end(), step.cpu_ms.begin(), step.cpu_ms.end());
+  into.peak_bytes = std::max(into.peak_bytes, step.peak_bytes);
+}
+
+void check_gradients(
+    const std::string& scenario,
+    const std::string& name,
+    const std::vector<torch::Tensor>& grads,
+    const std::vector<torch::Tensor>& reference,
+    bool bitwise,
+    Measurement& into) {
+  for (size_t p = 0; p < grads.size(); ++p) {
+    const double diff = (grads[p] - reference[p]).abs().max().item<double>();
+    into.max_grad_diff = std::max(into.max_grad_diff, diff);
+    const bool equal =
+        bitwise ? torch::equal(grads[p], reference[p]) : diff <= 1e-5;
+    if (!equal) {
+      throw GradientMismatch(
+          "remat_bench " + scenario + ": " + name +
+          " computed other gradients than none (parameter " +
+          std::to_string(p) + ", max |diff| " + std::to_string(diff) + ")");
+    }
+  }
+}
+
 void E2Sizes::add_flags(CLI::App& command) {
   command.add_option("--resnet-batch", resnet_batch, "ResNet images")
       ->capture_default_str()

@@ -1,9 +1,12 @@
-// chain_plans.h — what the planned-execution scenarios (E1, E2, E2-variants)
-// share: how a chain is profiled for them, counts read off plans, and the E2
-// models' batch sizes.
+// chain_plans.h — what the planned-execution scenarios (E1, E2, E2-variants,
+// E7, E8) share: how a chain is profiled for them, counts read off plans, the
+// E2 models' batch sizes, and the pieces of a round loop built on
+// Runner::step (steps appended, gradients compared with the baseline's).
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
@@ -28,6 +31,25 @@ planner::Chain with_equal_stage_times(const planner::Chain& chain);
 
 /// Stage forwards a plan executes (every op but the backwards).
 int64_t stage_forwards(const planner::Plan& plan);
+
+/// Detached copies of the gradients of `model`'s parameters.
+std::vector<torch::Tensor> gradients(torch::nn::Module& model);
+
+/// Appends the times of one step (Runner::step) to `into` and raises its
+/// peak to the step's.
+void append(Measurement& into, const Measurement& step);
+
+/// Compares `grads` with the baseline's `reference` of the same round:
+/// bitwise when `bitwise` (CPU), else within 1e-5. Raises
+/// into.max_grad_diff; throws GradientMismatch naming `scenario`, the
+/// configuration `name` and the parameter on a difference.
+void check_gradients(
+    const std::string& scenario,
+    const std::string& name,
+    const std::vector<torch::Tensor>& grads,
+    const std::vector<torch::Tensor>& reference,
+    bool bitwise,
+    Measurement& into);
 
 /// The batch sizes of E2's two models, shared by E2 and E2-variants.
 struct E2Sizes {

@@ -55,6 +55,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "chain_plans.h"
 #include "harness/scenario.h"
 #include "models/models.h"
 #include "python_peer.h"
@@ -183,14 +184,6 @@ struct ModelResult {
   std::optional<RatioInterval> per_block_vs_pytorch;
 };
 
-std::vector<torch::Tensor> gradients(torch::nn::Module& model) {
-  std::vector<torch::Tensor> grads;
-  for (const auto& parameter : model.parameters()) {
-    grads.push_back(parameter.grad().detach().clone());
-  }
-  return grads;
-}
-
 void write_floats(std::ofstream& stream, const torch::Tensor& tensor) {
   const auto host = tensor.detach().to(torch::kCPU, torch::kFloat).contiguous();
   stream.write(
@@ -213,23 +206,6 @@ std::vector<GraphStage> stages_with_loss(
        nullptr,
        {head}});
   return stages;
-}
-
-int64_t stage_forwards(const planner::Plan& plan) {
-  return std::count_if(plan.ops.begin(), plan.ops.end(), [](const auto& op) {
-    return op.kind != planner::OpKind::kBackward;
-  });
-}
-
-void append(Measurement& into, const Measurement& step) {
-  into.forward_ms.insert(
-      into.forward_ms.end(), step.forward_ms.begin(), step.forward_ms.end());
-  into.backward_ms.insert(
-      into.backward_ms.end(), step.backward_ms.begin(), step.backward_ms.end());
-  into.step_ms.insert(
-      into.step_ms.end(), step.step_ms.begin(), step.step_ms.end());
-  into.cpu_ms.insert(into.cpu_ms.end(), step.cpu_ms.begin(), step.cpu_ms.end());
-  into.peak_bytes = std::max(into.peak_bytes, step.peak_bytes);
 }
 
 std::string percent_text(double percent) {
@@ -437,21 +413,8 @@ std::pair<Measurement, Measurement> run_rounds(
       if (c == 0) {
         reference = grads;
       } else {
-        for (size_t p = 0; p < grads.size(); ++p) {
-          const double diff =
-              (grads[p] - reference[p]).abs().max().item<double>();
-          config.remat.max_grad_diff =
-              std::max(config.remat.max_grad_diff, diff);
-          const bool equal =
-              bitwise ? torch::equal(grads[p], reference[p]) : diff <= 1e-5;
-          if (!equal) {
-            throw GradientMismatch(
-                "remat_bench E7: " + config.name +
-                " computed other gradients than none (parameter " +
-                std::to_string(p) + ", max |diff| " + std::to_string(diff) +
-                ")");
-          }
-        }
+        check_gradients(
+            "E7", config.name, grads, reference, bitwise, config.remat);
       }
       if (timed) {
         append(config.remat, step);
