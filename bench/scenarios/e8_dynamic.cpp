@@ -216,7 +216,7 @@ std::string judged(
   text << "- " << target << ": "
        << (one_above   ? "**missed**"
            : all_below ? "**met**"
-                       : "**undecided** (an interval contains the target)")
+                       : "**undecided**, an interval contains the target")
        << " (" << medians_within << " of " << rows.size() << " medians within;";
   for (const auto& [name, ratio] : rows) {
     text << " " << name << " " << Cell::ratio_interval(ratio).markdown() << ";";
