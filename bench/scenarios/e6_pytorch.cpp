@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "chain_plans.h"
 #include "models/models.h"
 
 namespace remat::bench::e6 {
@@ -199,17 +200,6 @@ std::vector<Row> make_rows(
     rows.push_back(planned_row(options, model, input, planned));
   }
   return rows;
-}
-
-void append(Measurement& into, const Measurement& step) {
-  into.forward_ms.insert(
-      into.forward_ms.end(), step.forward_ms.begin(), step.forward_ms.end());
-  into.backward_ms.insert(
-      into.backward_ms.end(), step.backward_ms.begin(), step.backward_ms.end());
-  into.step_ms.insert(
-      into.step_ms.end(), step.step_ms.begin(), step.step_ms.end());
-  into.cpu_ms.insert(into.cpu_ms.end(), step.cpu_ms.begin(), step.cpu_ms.end());
-  into.peak_bytes = std::max(into.peak_bytes, step.peak_bytes);
 }
 
 /// One round of step 3: its index, its seed (every step of the round takes
