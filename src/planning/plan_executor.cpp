@@ -38,8 +38,9 @@
 // torch::autograd::Function would keep a copy for the whole backward).
 //
 // RNG and module state (NOTE: [Recompute and RNG] in recompute_context.h): the
-// first forward of each stage captures a RecomputeContext (RNG states as plain
-// bytes, so nothing extra is counted by the tracking allocator; autocast);
+// first forward of each stage the plan runs more than once captures a
+// RecomputeContext (RNG states as plain bytes, so nothing extra is counted by
+// the tracking allocator; autocast; a stage run once captures nothing);
 // every later forward of that stage replays it under a RecomputeGuard that
 // restores the stage module's buffers afterwards, so dropout masks repeat and
 // BatchNorm running statistics are updated once per step.
@@ -222,6 +223,10 @@ class PlanExecution : public BackwardPhase {
   torch::Tensor forward_stage(
       int64_t i, const std::vector<torch::Tensor>& inputs, OpKind kind) {
     const StageCall& call = program_->calls[i];
+    if (!program_->replayed[i]) {
+      return call_stage(
+          i, inputs, kind);  // its only forward: nothing to replay
+    }
     if (!first_forward_[i]) {
       first_forward_[i].emplace(
           torch::autograd::variable_list(inputs.begin(), inputs.end()),
@@ -423,12 +428,23 @@ std::shared_ptr<const PlanProgram> make_program(
     Policy selective_policy) {
   std::vector<std::vector<int64_t>> released =
       planner::released_values(structure, plan);
+  std::vector<int> forwards(static_cast<size_t>(structure.size()), 0);
+  for (const planner::Op& op : plan.ops) {
+    if (op.kind != OpKind::kBackward) {
+      ++forwards[static_cast<size_t>(op.stage)];
+    }
+  }
+  std::vector<bool> replayed;
+  for (int count : forwards) {
+    replayed.push_back(count > 1);
+  }
   return std::make_shared<const PlanProgram>(PlanProgram{
       std::move(calls),
       std::move(structure),
       std::move(plan),
       std::move(released),
-      std::move(selective_policy)});
+      std::move(selective_policy),
+      std::move(replayed)});
 }
 
 torch::Tensor run_program(

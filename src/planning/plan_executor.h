@@ -73,6 +73,9 @@ struct PlanProgram {
   /// planner::released_values(structure, plan): what each op lets go.
   std::vector<std::vector<int64_t>> released;
   Policy selective_policy;  ///< what kForwardSelective keeps
+  /// Per stage: whether the plan runs its forward more than once (only then
+  /// is its first forward's RNG and autocast state kept for a replay).
+  std::vector<bool> replayed;
 };
 
 /// A program of `calls` under `plan`. Throws std::invalid_argument (from
