@@ -93,7 +93,7 @@ sanitize: $(SETUP)
 # JSON in BENCH_OUT). About 40 minutes on 2 idle cores, plus up to 2 minutes
 # per scenario waiting for the load the previous one left to settle.
 BENCH_OUT       ?= $(BUILD)/bench-results
-BENCH_SCENARIOS ?= E1 --batch 512 E2 E2-variants E2-selective E3 E4 E5 E6 E7 E8
+BENCH_SCENARIOS ?= E1 --batch 512 E2 E2-executor E2-variants E2-selective E3 E4 E5 E6 E7 E8
 BENCH_PAGE      ?= docs/benchmarks.md
 BENCH_PREAMBLE  ?= bench/benchmarks_preamble.md
 bench:
