@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "models/models.h"
 #include "remat/measure/statistics.h"
 
 namespace remat::bench {
@@ -93,6 +94,35 @@ int64_t E2Sizes::resnet(const Context& context) const {
 
 int64_t E2Sizes::mlp(const Context& context) const {
   return context.quick ? std::min<int64_t>(64, mlp_batch) : mlp_batch;
+}
+
+E2Chain E2Sizes::resnet_chain(const Context& context) const {
+  torch::manual_seed(11);
+  const int64_t batch = resnet(context);
+  E2Chain chain;
+  chain.id = "resnet";
+  chain.description =
+      "ResNet-style chain (channels 16-32-64-128, 2 blocks per stage, 32×32 "
+      "images, batch " +
+      std::to_string(batch) + ")";
+  chain.model = remat::models::resnet_chain(
+      remat::models::ResNetChainOptions().stage_channels({16, 32, 64, 128}));
+  chain.input = torch::randn({batch, 3, 32, 32});
+  return chain;
+}
+
+E2Chain E2Sizes::mlp_chain(const Context& context) const {
+  torch::manual_seed(12);
+  const int64_t batch = mlp(context);
+  const auto widths = remat::models::varying_mlp_widths(16);
+  E2Chain chain;
+  chain.id = "mlp";
+  chain.description = "MLP of varying widths (256 … 2048, 16 stages, batch " +
+                      std::to_string(batch) + ")";
+  chain.model =
+      remat::models::mlp_chain(remat::models::MlpChainOptions(widths));
+  chain.input = torch::randn({batch, widths[0]});
+  return chain;
 }
 
 }  // namespace remat::bench

@@ -51,7 +51,16 @@ void check_gradients(
     bool bitwise,
     Measurement& into);
 
-/// The batch sizes of E2's two models, shared by E2 and E2-variants.
+/// One of E2's two chains: a model, its input and a description.
+struct E2Chain {
+  std::string id;           // "resnet" or "mlp": table names
+  std::string description;  // its sizes, as the tables' captions say
+  torch::nn::Sequential model;
+  torch::Tensor input;
+};
+
+/// The batch sizes of E2's two models, shared by E2, E2-executor,
+/// E2-variants and E8, and the two chains themselves.
 struct E2Sizes {
   int64_t resnet_batch = 32;  // ResNet images per batch (--quick: at most 4)
   int64_t mlp_batch = 256;    // MLP rows (--quick: at most 64)
@@ -61,6 +70,11 @@ struct E2Sizes {
   /// The batches a run uses: the flags', capped under --quick.
   int64_t resnet(const Context& context) const;
   int64_t mlp(const Context& context) const;
+  /// The ResNet-style chain (channels 16-32-64-128, 2 blocks per stage,
+  /// 32×32 images; weights and images drawn after manual_seed(11)).
+  E2Chain resnet_chain(const Context& context) const;
+  /// The MLP of varying widths (256 … 2048, 16 stages; manual_seed(12)).
+  E2Chain mlp_chain(const Context& context) const;
 };
 
 }  // namespace remat::bench

@@ -40,6 +40,9 @@ double median_difference_ms(
 }
 
 std::string verdict(const RatioInterval& ratio) {
+  if (!ratio.has_interval) {
+    return "undecided: too few rounds";
+  }
   if (ratio.low >= 0.99 && ratio.high <= 1.01) {
     return "met";
   }
@@ -146,35 +149,14 @@ Section run_e2_executor(
       "time, with the process's CPU time beside it. Gradients gated bitwise "
       "against plain autograd.");
   try {
-    {
-      torch::manual_seed(11);
-      const int64_t batch = options.sizes.resnet(context);
-      auto model = remat::models::resnet_chain(
-          remat::models::ResNetChainOptions().stage_channels(
-              {16, 32, 64, 128}));
+    for (const E2Chain& chain :
+         {options.sizes.resnet_chain(context),
+          options.sizes.mlp_chain(context)}) {
       run_model(
-          "resnet",
-          "E2's ResNet-style chain (channels 16-32-64-128, 32×32 images, "
-          "batch " +
-              std::to_string(batch) + ")",
-          model,
-          torch::randn({batch, 3, 32, 32}),
-          options,
-          context,
-          section);
-    }
-    {
-      torch::manual_seed(12);
-      const int64_t batch = options.sizes.mlp(context);
-      const auto widths = remat::models::varying_mlp_widths(16);
-      auto model =
-          remat::models::mlp_chain(remat::models::MlpChainOptions(widths));
-      run_model(
-          "mlp",
-          "E2's MLP of varying widths (256 … 2048, batch " +
-              std::to_string(batch) + ")",
-          model,
-          torch::randn({batch, widths[0]}),
+          chain.id,
+          "E2's " + chain.description,
+          chain.model,
+          chain.input,
           options,
           context,
           section);

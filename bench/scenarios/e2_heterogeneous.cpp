@@ -265,34 +265,13 @@ Section run_e2(const E2Sizes& sizes, const Context& context) {
       "tables are against no checkpointing, predicted ones against "
       "store-all.");
   E2Ratios ratios;
-  {
-    torch::manual_seed(11);
-    const int64_t batch = sizes.resnet(context);
-    auto model = remat::models::resnet_chain(
-        remat::models::ResNetChainOptions().stage_channels({16, 32, 64, 128}));
+  for (const E2Chain& chain :
+       {sizes.resnet_chain(context), sizes.mlp_chain(context)}) {
     run_model(
-        "resnet",
-        "ResNet-style chain (channels 16-32-64-128, 2 blocks per stage, "
-        "32×32 images, batch " +
-            std::to_string(batch) + ")",
-        model,
-        torch::randn({batch, 3, 32, 32}),
-        context,
-        section,
-        ratios);
-  }
-  {
-    torch::manual_seed(12);
-    const int64_t batch = sizes.mlp(context);
-    const auto widths = remat::models::varying_mlp_widths(16);
-    auto model =
-        remat::models::mlp_chain(remat::models::MlpChainOptions(widths));
-    run_model(
-        "mlp",
-        "MLP of varying widths (256 … 2048, 16 stages, batch " +
-            std::to_string(batch) + ")",
-        model,
-        torch::randn({batch, widths[0]}),
+        chain.id,
+        chain.description,
+        chain.model,
+        chain.input,
         context,
         section,
         ratios);

@@ -731,32 +731,19 @@ Section run_e8(const E8Options& options, const Context& context) {
       "intervals.");
   Verdicts verdicts;
   {
-    torch::manual_seed(11);
-    const int64_t batch = options.e2.resnet(context);
+    const E2Chain chain = options.e2.resnet_chain(context);
     run_subject(
         chain_subject(
-            "resnet",
-            "ResNet-style chain (E2's: channels 16-32-64-128, 32×32 images, "
-            "batch " +
-                std::to_string(batch) + ")",
-            models::resnet_chain(
-                models::ResNetChainOptions().stage_channels({16, 32, 64, 128})),
-            torch::randn({batch, 3, 32, 32})),
+            chain.id, "E2's " + chain.description, chain.model, chain.input),
         options,
         context,
         section,
         verdicts);
   }
   {
-    torch::manual_seed(12);
-    const int64_t batch = options.e2.mlp(context);
-    const auto widths = models::varying_mlp_widths(16);
+    const E2Chain chain = options.e2.mlp_chain(context);
     Subject mlp = chain_subject(
-        "mlp",
-        "MLP of varying widths (E2's: 256 … 2048, 16 stages, batch " +
-            std::to_string(batch) + ")",
-        models::mlp_chain(models::MlpChainOptions(widths)),
-        torch::randn({batch, widths[0]}));
+        chain.id, "E2's " + chain.description, chain.model, chain.input);
     mlp.bookkeeping = true;
     run_subject(mlp, options, context, section, verdicts);
   }
