@@ -7,6 +7,9 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 
 #include "compat/compat.h"
@@ -99,7 +102,8 @@ bool same_view(const at::Tensor& a, const at::Tensor& b) {
 
 /// Asks `policy` about one call and checks that the answer is one of the
 /// four CheckpointPolicy values (a cast integer is not); true for a save.
-bool policy_saves(const Policy& policy, const OpContext& context, int64_t index) {
+bool policy_saves(
+    const Policy& policy, const OpContext& context, int64_t index) {
   const CheckpointPolicy answer = policy(context);
   const auto value = static_cast<int>(answer);
   TORCH_CHECK(
@@ -165,11 +169,20 @@ int64_t bytes_of(const std::vector<at::Tensor>& tensors) {
 
 /// A kept output as the recomputation sees it: the forward's values, outside
 /// the forward's graph, requiring grad as in the forward so that the
-/// recomputed operators after it are recorded as they were.
+/// recomputed operators after it are recorded as they were. It requires grad
+/// through a grad_fn of its own, not as a leaf: a leaf's gradient accumulator
+/// would hold the tensor for as long as the recomputed graph after it lives
+/// (NOTE: [Selective checkpointing]).
 at::Tensor replayed(const at::Tensor& output) {
   at::Tensor tensor = output.detach();
   if (output.requires_grad()) {
-    tensor.requires_grad_(true);
+    compat::NodePtr node =
+        compat::make_node<torch::autograd::Error>(std::string(
+            "remat::checkpoint: the graph of a recomputation is not "
+            "differentiated (a kept output's placeholder was reached)"));
+    const uint32_t input_nr = node->add_input_metadata(tensor);
+    torch::autograd::impl::set_gradient_edge(
+        tensor, torch::autograd::Edge(std::move(node), input_nr));
   }
   return tensor;
 }
@@ -402,6 +415,9 @@ void SelectiveRegion::recompute_call(
     for (const c10::IValue& value : call.returns) {
       stack->push_back(replayed(value));
     }
+    // Handed over: from here the recomputation holds what it still needs,
+    // and a kept output it only passes on is freed as soon as it is used.
+    clear_kept(call);
     scope.cursor_ = call.end_call;
     return;
   }

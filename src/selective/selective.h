@@ -25,13 +25,18 @@
 // Recomputation: the region re-runs under the same guard. A kept call is not
 // executed: the tensors it packed in the forward are handed to the frame in
 // order, as its pack hooks would have, and its held outputs are pushed in
-// place of its results (detached, requires_grad as in the forward). The
-// frame's saved-tensor bookkeeping is therefore the same as for a full
-// recomputation, early stop included. Calls, names and the policy's answers
-// are checked against the forward; a held output modified in place since the
-// forward (its version counter moved) is refused. After a recomputation the
-// held tensors are released; a second one (backward with retain_graph)
-// recomputes every operator.
+// place of its results (detached; where the forward's required grad, they
+// get a grad_fn of their own that never runs, not leaf status: a leaf's
+// gradient accumulator would keep the tensor alive as long as the recomputed
+// operators after it). The frame's saved-tensor bookkeeping is therefore the
+// same as for a full recomputation, early stop included. Calls, names and the
+// policy's answers are checked against the forward; a held output modified in
+// place since the forward (its version counter moved) is refused. The region
+// drops a kept call's tensors as soon as they are handed over, so an output
+// that backward does not need is freed once the recomputation has used it,
+// as a recomputed one would be; those an early stop does not reach are
+// released after the recomputation. A second recomputation (backward with
+// retain_graph) recomputes every operator.
 //
 // Never kept: calls that draw random numbers (or nest one), that write to an
 // input or return an alias of one, or that return anything but tensors.
