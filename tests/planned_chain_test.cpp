@@ -382,6 +382,99 @@ TEST(PlannedChain, SelectiveChoiceIsNeverSlowerOnTheGptAndSometimesFaster) {
   EXPECT_GE(faster, 1);
 }
 
+// Linked stages (NOTE: [Linked stages]): a record takes its input with the
+// producer's graph exactly where the producer has no other reader, was
+// recorded first, and its backward follows the reader's.
+TEST(PlanExecutor, LinksARecordToItsProducerOnlyWhereTheirBackwardsAdjoin) {
+  using remat::planner::plan_from_string;
+  const remat::planner::Graph chain = remat::detail::chain_structure(4);
+  const auto linked = [](const remat::planner::Graph& graph, const char* plan) {
+    const remat::planner::Plan parsed = plan_from_string(plan);
+    const auto simulation = remat::planner::simulate(graph, parsed);
+    EXPECT_TRUE(simulation.valid) << plan << ": " << simulation.error;
+    return remat::detail::linked_values(graph, parsed);
+  };
+  using Links = std::vector<int64_t>;
+  // Store-all: every boundary, so the backward is one engine call.
+  EXPECT_EQ(
+      linked(chain, "R0 R1 R2 R3 B3 B2 B1 B0"),
+      (Links{-1, 1, 2, 3, -1, -1, -1, -1}));
+  // Two segments: within each recomputed segment, not across them (stage 1
+  // ran without recording; B2 is followed by a recomputation).
+  EXPECT_EQ(
+      linked(chain, "C0 N1 R2 R3 B3 B2 R0 R1 B1 B0"),
+      (Links{-1, -1, -1, 3, -1, -1, -1, 1, -1, -1}));
+  // A selective record keeps its own boundary, on either side.
+  EXPECT_EQ(
+      linked(chain, "R0 S1 R2 R3 B3 B2 B1 B0"),
+      (Links{-1, -1, -1, 3, -1, -1, -1, -1}));
+  // A record kept from the forward phase links to a recomputation's record
+  // in the backward phase; stage 3's input was computed without a record.
+  EXPECT_EQ(
+      linked(chain, "R0 C1 N2 R3 B3 R1 R2 B2 B1 B0"),
+      (Links{-1, -1, -1, -1, -1, 1, 2, -1, -1, -1}));
+  // A skip: stage 0's output has two readers and is never linked; stage
+  // 1's has one.
+  const remat::planner::Graph skip(
+      std::vector<remat::planner::StageCost>(3, remat::detail::unit_cost()),
+      {{remat::planner::kGraphInput}, {0}, {0, 1}},
+      /*input_bytes=*/1);
+  EXPECT_EQ(linked(skip, "R0 R1 R2 B2 B1 B0"), (Links{-1, -1, 2, -1, -1, -1}));
+}
+
+// Linked and unlinked execution of the same plans give the plain run's
+// gradients and buffers bitwise and the same peak, within simulate()'s: the
+// plans run as they are (linked) and timed for self-correction (never
+// linked).
+TEST(PlannedChain, LinkedStagesMatchThePlainRunAndTheUnlinkedOne) {
+  MaskedChain chain;
+  const MaskedChain::Step plain =
+      chain.step([&](const torch::Tensor& x) { return chain.plain(x); });
+  const remat::planner::Chain profiled = remat::profile_chain(
+      chain.stages, chain.input, remat::ProfileOptions().warmup(0).repeats(1));
+  for (const remat::planner::Plan& plan :
+       {remat::planner::solve_store_all(profiled),
+        remat::planner::solve_uniform(profiled, 3),
+        remat::planner::solve_min_memory(profiled)}) {
+    SCOPED_TRACE(plan.to_string());
+    const int64_t predicted =
+        remat::planner::simulate(profiled, plan).peak_bytes;
+    std::vector<int64_t> peaks;
+    for (const bool timed : {false, true}) {
+      SCOPED_TRACE(timed ? "timed" : "linked");
+      remat::PlannedChain net(
+          chain.stages,
+          plan,
+          remat::PlannedChainOptions().chain(profiled).self_correct(timed));
+      const MaskedChain::Step planned =
+          chain.step([&](const torch::Tensor& x) { return net->forward(x); });
+      expect_same_step(plain, planned);
+      EXPECT_LE(
+          planned.activation_peak_bytes + profiled.input_bytes(), predicted);
+      peaks.push_back(planned.activation_peak_bytes);
+    }
+    EXPECT_EQ(peaks[0], peaks[1]) << "linked against unlinked";
+  }
+  // An input that needs no gradient through a parameter-free first stage:
+  // the linked output of stage 0 carries no graph.
+  remat::PlannedChain net(
+      chain.stages, remat::planner::solve_store_all(profiled));
+  for (auto& p : chain.modules->parameters()) {
+    p.mutable_grad() = torch::Tensor();
+  }
+  const torch::Tensor input = chain.input.detach();
+  torch::manual_seed(7);
+  chain.plain(input).sum().backward();
+  const std::vector<torch::Tensor> expected = grads_of(*chain.modules);
+  for (auto& p : chain.modules->parameters()) {
+    p.mutable_grad() = torch::Tensor();
+  }
+  torch::manual_seed(7);
+  net->forward(input).sum().backward();
+  expect_all_bitwise_equal(
+      expected, grads_of(*chain.modules), "parameter grad");
+}
+
 // The chain a plan was solved on travels with it: a report needs no second
 // profile, a re-plan for a new shape brings that shape's chain, and a chain
 // of another length is refused.

@@ -37,6 +37,23 @@
 // freed after the backward of stage L-1 exactly as the model says (a
 // torch::autograd::Function would keep a copy for the whole backward).
 //
+// NOTE: [Linked stages]
+// Where the plan runs the backward of a stage p directly after that of its
+// only reader r, and both were recorded (p first), r's record takes x_{p+1}
+// as p's record output itself, with its graph, instead of a detached leaf
+// (linked_values() finds these pairs; consecutive pairs make runs). r's
+// backward then runs on into p's graph in the same engine call, as a plain
+// backward does, and p's backward op only collects its leaves' gradients.
+// This removes what each stage boundary costs (an engine call, a leaf and
+// its AccumulateGrad, a detach): a store-all plan is one engine call, and a
+// recomputed segment one per segment, as checkpoint_sequential. Gradients
+// are unchanged (the same operators run in the same order) and memory is
+// the same, to the byte: g_{p+1} passes from node to node instead of
+// through p's leaf, and the held x_{p+1} is let go by a hook on it when its
+// gradient is complete, where the unlinked backward of p would let go of it.
+// Ops timed for self-correction are never linked (a per-stage time needs a
+// stage boundary).
+//
 // RNG and module state (NOTE: [Recompute and RNG] in recompute_context.h): the
 // first forward of each stage the plan runs more than once captures a
 // RecomputeContext (RNG states as plain bytes, so nothing extra is counted by
@@ -79,6 +96,9 @@ struct StageRecord {
   std::vector<torch::Tensor> leaves;  // one per distinct input value
   torch::Tensor output;               // x_{i+1}, carrying the stage's graph
   bool full = false;                  // kForwardRecord (not selective)
+  // The input value taken with its producer's graph (NOTE: [Linked
+  // stages]), whose leaf is left undefined; -1 if none.
+  int64_t linked_value = -1;
 };
 
 /// The part of a planned execution that runs in the backward pass.
@@ -172,7 +192,16 @@ class PlanExecution : public BackwardPhase {
         values_[i + 1] = forward_stage(i, inputs, op.kind);
       } else {
         StageRecord record;
+        // Linked only when ops are not timed: a linked backward runs two
+        // stages in one engine call, which per-stage times cannot split.
+        if (!times_) {
+          record.linked_value = program_->linked_value[k];
+        }
         for (size_t j = 0; j < inputs.size(); ++j) {
+          if (values[j] == record.linked_value) {
+            record.leaves.push_back(take_linked(values[j]));
+            continue;
+          }
           torch::Tensor leaf = inputs[j].detach();
           if (leaf.is_floating_point() &&
               (values[j] > 0 || input_requires_grad_)) {
@@ -182,6 +211,11 @@ class PlanExecution : public BackwardPhase {
         }
         record.output = forward_stage(i, record.leaves, op.kind);
         record.full = op.kind == OpKind::kForwardRecord;
+        for (size_t j = 0; j < values.size(); ++j) {
+          if (values[j] == record.linked_value) {
+            record.leaves[j] = torch::Tensor();  // autograd holds what it saved
+          }
+        }
         values_[i + 1] = record.output.detach();
         records_[i] = std::move(record);
       }
@@ -197,14 +231,17 @@ class PlanExecution : public BackwardPhase {
     // x_{i+1} is an alias of the record's output: let autograd free it.
     values_[i + 1] = torch::Tensor();
     torch::Tensor grad_output = std::move(grads_[i + 1]);
-    if (grad_output.defined() && record.output.requires_grad()) {
+    // A record whose output went to its reader's record (linked) had its
+    // backward run with that reader's.
+    if (record.output.defined() && grad_output.defined() &&
+        record.output.requires_grad()) {
       run_stage_backward(std::move(record.output), std::move(grad_output));
     }
     record.output = torch::Tensor();
     const std::vector<int64_t>& values = program_->structure.input_values(i);
     for (size_t j = 0; j < values.size(); ++j) {
       torch::Tensor& leaf = record.leaves[j];
-      if (!leaf.requires_grad() || !leaf.grad().defined()) {
+      if (!leaf.defined() || !leaf.requires_grad() || !leaf.grad().defined()) {
         continue;
       }
       torch::Tensor grad = leaf.grad();
@@ -216,6 +253,21 @@ class PlanExecution : public BackwardPhase {
         total = std::move(grad);
       }
     }
+  }
+
+  /// The record output of x_v's producer, with its graph, for its reader's
+  /// record (NOTE: [Linked stages]). x_v stays held until its gradient is
+  /// complete, which is where an unlinked backward lets go of it.
+  torch::Tensor take_linked(int64_t v) {
+    torch::Tensor output = std::move(records_[v - 1].output);
+    TORCH_INTERNAL_ASSERT(output.defined());
+    if (output.requires_grad()) {
+      // The hook runs inside this execution's backward phase, which owns it.
+      output.register_hook([this, v](const torch::Tensor& /*grad*/) {
+        values_[v] = torch::Tensor();
+      });
+    }
+    return output;
   }
 
   /// Runs stage i; replays its first forward's RNG state and restores its
@@ -417,6 +469,40 @@ torch::Tensor stage_output(torch::Tensor output, int64_t index) {
   return output;
 }
 
+std::vector<int64_t> linked_values(
+    const planner::Graph& structure, const planner::Plan& plan) {
+  const std::vector<planner::Op>& ops = plan.ops;
+  std::vector<int64_t> linked(ops.size(), -1);
+  // Per stage, the index of its latest forward op so far (-1: none).
+  std::vector<int64_t> latest(static_cast<size_t>(structure.size()), -1);
+  const auto recorded_at = [&](int64_t stage) -> int64_t {
+    const int64_t k = latest[static_cast<size_t>(stage)];
+    return k >= 0 && ops[static_cast<size_t>(k)].kind == OpKind::kForwardRecord
+               ? k
+               : -1;
+  };
+  for (size_t c = 0; c < ops.size(); ++c) {
+    const planner::Op& op = ops[c];
+    if (op.kind != OpKind::kBackward) {
+      latest[static_cast<size_t>(op.stage)] = static_cast<int64_t>(c);
+      continue;
+    }
+    if (c + 1 == ops.size() || ops[c + 1].kind != OpKind::kBackward) {
+      continue;
+    }
+    const int64_t reader = op.stage;
+    const int64_t producer = ops[c + 1].stage;
+    const std::vector<int64_t>& readers = structure.consumers(producer);
+    const int64_t producer_record = recorded_at(producer);
+    const int64_t reader_record = recorded_at(reader);
+    if (readers.size() == 1 && readers[0] == reader && producer_record >= 0 &&
+        reader_record > producer_record) {
+      linked[static_cast<size_t>(reader_record)] = producer + 1;
+    }
+  }
+  return linked;
+}
+
 planner::Graph chain_structure(int64_t stages) {
   return planner::graph_of(unit_chain(stages));
 }
@@ -438,13 +524,15 @@ std::shared_ptr<const PlanProgram> make_program(
   for (int count : forwards) {
     replayed.push_back(count > 1);
   }
+  std::vector<int64_t> linked = linked_values(structure, plan);
   return std::make_shared<const PlanProgram>(PlanProgram{
       std::move(calls),
       std::move(structure),
       std::move(plan),
       std::move(released),
       std::move(selective_policy),
-      std::move(replayed)});
+      std::move(replayed),
+      std::move(linked)});
 }
 
 torch::Tensor run_program(

@@ -76,7 +76,18 @@ struct PlanProgram {
   /// Per stage: whether the plan runs its forward more than once (only then
   /// is its first forward's RNG and autocast state kept for a replay).
   std::vector<bool> replayed;
+  /// linked_values(structure, plan).
+  std::vector<int64_t> linked_value;
 };
+
+/// Per op of `plan`: for a kForwardRecord op of stage r, the input value
+/// x_{p+1} it may take with its producer p's graph (NOTE: [Linked stages] in
+/// plan_executor.cpp), or -1. A value is linked when r is p's only reader,
+/// both stages' latest forwards are records (p's first), and p's backward
+/// directly follows r's in the plan.
+/// REQUIRES: `plan` valid for `structure`.
+std::vector<int64_t> linked_values(
+    const planner::Graph& structure, const planner::Plan& plan);
 
 /// A program of `calls` under `plan`. Throws std::invalid_argument (from
 /// planner::released_values) unless the plan is valid for `structure`.
