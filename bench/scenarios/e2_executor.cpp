@@ -2,7 +2,8 @@
 //
 // At 100 % of the budget the optimal plan is store-all: the same computation
 // as plain autograd and as checkpoint_sequential(1), run by the plan executor
-// (one autograd region per stage, NOTE: [Plan execution]). This scenario
+// (NOTE: [Plan execution]; its stage backwards run as one autograd pass,
+// NOTE: [Linked stages], its forwards stage by stage). This scenario
 // measures that plan against both on E2's two chains, and on a chain of 64
 // tiny stages where the executor's fixed cost per stage is most of the step.
 // One torch thread by default: on this 2-core machine a single-threaded step
