@@ -2,6 +2,8 @@
 #include "chain_plans.h"
 
 #include <algorithm>
+#include <limits>
+#include <sstream>
 #include <vector>
 
 #include "models/models.h"
@@ -123,6 +125,47 @@ E2Chain E2Sizes::mlp_chain(const Context& context) const {
       remat::models::mlp_chain(remat::models::MlpChainOptions(widths));
   chain.input = torch::randn({batch, widths[0]});
   return chain;
+}
+
+std::string prediction_summary(
+    const std::vector<PredictedRatio>& ratios, const std::string& over) {
+  double lowest = std::numeric_limits<double>::infinity();
+  double highest = 0;
+  int64_t met = 0;
+  int64_t missed = 0;
+  int64_t without_interval = 0;
+  for (const auto& [predicted, measured] : ratios) {
+    const double error = predicted / measured.median;
+    lowest = std::min(lowest, error);
+    highest = std::max(highest, error);
+    if (!measured.has_interval) {
+      ++without_interval;
+      continue;
+    }
+    // predicted / measured within [0.95, 1.05] for every measured value in
+    // the interval (met), or for none of them (missed).
+    if (predicted / measured.high >= 0.95 && predicted / measured.low <= 1.05) {
+      ++met;
+    } else if (
+        predicted / measured.low < 0.95 || predicted / measured.high > 1.05) {
+      ++missed;
+    }
+  }
+  const auto count = static_cast<int64_t>(ratios.size());
+  std::ostringstream summary;
+  summary << "**Prediction:** simulate()'s time ratio against no "
+             "checkpointing / the measured median, over "
+          << over << ": " << Cell::ratio(lowest).markdown() << " to "
+          << Cell::ratio(highest).markdown()
+          << "; the measured interval within ±5 % of the prediction for " << met
+          << ", wholly outside it for " << missed << ", across its edge for "
+          << count - met - missed - without_interval;
+  if (without_interval > 0) {
+    summary << ", without an interval (too few rounds) for "
+            << without_interval;
+  }
+  summary << " (target: every plan within ±5 %).";
+  return summary.str();
 }
 
 }  // namespace remat::bench

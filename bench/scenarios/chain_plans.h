@@ -51,6 +51,22 @@ void check_gradients(
     bool bitwise,
     Measurement& into);
 
+/// simulate()'s time ratio of a plan against no checkpointing, and the
+/// measured one (Measurement::step_ratio).
+struct PredictedRatio {
+  double predicted = 0;
+  RatioInterval measured;
+};
+
+/// How predicted time ratios compare with the measured ones, as one
+/// paragraph ("**Prediction:** ..."): the range of predicted / measured
+/// median over `ratios`, and how many measured intervals lie within ±5 % of
+/// the prediction (every value in the interval), wholly outside it, or across
+/// its edge. `over` names the configurations ("the 37 configurations of both
+/// chains").
+std::string prediction_summary(
+    const std::vector<PredictedRatio>& ratios, const std::string& over);
+
 /// One of E2's two chains: a model, its input and a description.
 struct E2Chain {
   std::string id;           // "resnet" or "mlp": table names

@@ -38,7 +38,8 @@ Table run_chain(
     int64_t batch,
     int64_t blocks,
     const Context& context,
-    std::string* note) {
+    std::string* note,
+    std::vector<PredictedRatio>* predictions) {
   torch::manual_seed(7);
   auto model = remat::models::uniform_mlp_chain(blocks, options.width);
   const auto input = torch::randn({batch, options.width});
@@ -141,6 +142,11 @@ Table run_chain(
         1.0 + static_cast<double>(forwards - blocks) / (3.0 * blocks)));
     row.push_back(Cell::ratio(simulation.time_ms / store_all.time_ms));
     table.add_row(std::move(row));
+    if (c > 0) {
+      predictions->push_back(
+          {simulation.time_ms / store_all.time_ms,
+           measured.step_ratio(baseline)});
+    }
   }
   std::ostringstream summary;
   summary << "n = " << blocks << ": stage forwards equal the least possible on "
@@ -190,12 +196,17 @@ const bool kE1Registered = register_scenario(
                   "the input (simulate()'s units); time ratios against the "
                   "plain forward in the same run.";
          section.add_text(about.str());
+         std::vector<PredictedRatio> predictions;
          for (const int64_t blocks : options->blocks) {
            std::string note;
-           section.add_table(
-               run_chain(*options, batch, blocks, context, &note));
+           section.add_table(run_chain(
+               *options, batch, blocks, context, &note, &predictions));
            section.add_text(note);
          }
+         section.add_text(prediction_summary(
+             predictions,
+             "the " + std::to_string(predictions.size()) +
+                 " plans of every n"));
          return section;
        };
      }});

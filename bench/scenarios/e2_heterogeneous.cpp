@@ -41,47 +41,8 @@ struct E2Ratios {
   std::vector<double> predicted;  // the same pairs by simulate()
   // Every configuration but the baseline: simulate()'s time ratio against
   // no checkpointing, and the measured one.
-  std::vector<std::pair<double, RatioInterval>> against_none;
+  std::vector<PredictedRatio> against_none;
 };
-
-// How the predicted time ratios compare with the measured ones: the range
-// of predicted / measured median, and how many configurations' measured
-// intervals lie within ±5 % of the prediction (met) or wholly outside it
-// (missed).
-std::string prediction_summary(const E2Ratios& ratios) {
-  double lowest = std::numeric_limits<double>::infinity();
-  double highest = 0;
-  int64_t met = 0;
-  int64_t missed = 0;
-  for (const auto& [predicted, measured] : ratios.against_none) {
-    const double error = predicted / measured.median;
-    lowest = std::min(lowest, error);
-    highest = std::max(highest, error);
-    // predicted / measured within [0.95, 1.05] for every measured value in
-    // the interval, or for none of them.
-    if (!measured.has_interval) {
-      continue;
-    }
-    if (predicted / measured.high >= 0.95 && predicted / measured.low <= 1.05) {
-      ++met;
-    } else if (
-        predicted / measured.low < 0.95 || predicted / measured.high > 1.05) {
-      ++missed;
-    }
-  }
-  const auto count = static_cast<int64_t>(ratios.against_none.size());
-  std::ostringstream summary;
-  summary << "**Prediction:** simulate()'s time ratio against no "
-             "checkpointing / the measured median, over the "
-          << count << " configurations of both chains: "
-          << Cell::ratio(lowest).markdown() << " to "
-          << Cell::ratio(highest).markdown()
-          << "; the measured interval within "
-          << "±5 % of the prediction for " << met << ", wholly outside it for "
-          << missed << ", across its edge for " << count - met - missed
-          << " (target: every plan within ±5 %).";
-  return summary.str();
-}
 
 Predicted predict(const planner::Chain& chain, const planner::Plan& plan) {
   const planner::Simulation simulation = planner::simulate(chain, plan);
@@ -293,9 +254,9 @@ void run_model(
         Cell::bytes(peak(c)),
         Cell::ratio(predicted[c].time_ms / predicted[0].time_ms)};
     if (c > 0) {
-      ratios.against_none.emplace_back(
-          predicted[c].time_ms / predicted[0].time_ms,
-          measured[c].step_ratio(measured[0]));
+      ratios.against_none.push_back(
+          {predicted[c].time_ms / predicted[0].time_ms,
+           measured[c].step_ratio(measured[0])});
     }
     for (Cell& cell : step_time_cells(measured[c], measured[0])) {
       row.push_back(std::move(cell));
@@ -334,7 +295,10 @@ Section run_e2(const E2Sizes& sizes, const Context& context) {
     section.add_text(e2_summary(ratios));
   }
   if (!ratios.against_none.empty()) {
-    section.add_text(prediction_summary(ratios));
+    section.add_text(prediction_summary(
+        ratios.against_none,
+        "the " + std::to_string(ratios.against_none.size()) +
+            " configurations of both chains"));
   }
   return section;
 }
