@@ -12,7 +12,6 @@
 // peak fits the budget; "predicted" is the same ratio by simulate(). Peaks
 // are in simulate()'s units (activation peak plus the input's bytes).
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
