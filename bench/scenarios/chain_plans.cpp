@@ -31,7 +31,8 @@ planner::Chain with_equal_stage_times(const planner::Chain& chain) {
     stage.forward_ms = forward_median;
     stage.backward_ms = backward_median;
   }
-  return planner::Chain(std::move(stages), chain.input_bytes());
+  return planner::Chain(std::move(stages), chain.input_bytes())
+      .with_cold_write_ms_per_mib(chain.cold_write_ms_per_mib());
 }
 
 int64_t stage_forwards(const planner::Plan& plan) {

@@ -31,7 +31,7 @@ namespace {
 struct Predicted {
   int64_t stage_forwards = 0;
   int64_t peak_bytes = 0;
-  double time_ms = 0;
+  double step_ms = 0;  // simulate()'s predicted step
 };
 
 struct E2Ratios {
@@ -45,7 +45,7 @@ struct E2Ratios {
 
 Predicted predict(const planner::Chain& chain, const planner::Plan& plan) {
   const planner::Simulation simulation = planner::simulate(chain, plan);
-  return {stage_forwards(plan), simulation.peak_bytes, simulation.time_ms};
+  return {stage_forwards(plan), simulation.peak_bytes, simulation.step_ms};
 }
 
 // The summary: what the intervals support, budget by budget, then the
@@ -218,7 +218,7 @@ void run_model(
       const RatioInterval ratio =
           measured[*optimal].step_ratio(measured[*best_k]);
       const double predicted_ratio =
-          predicted[*optimal].time_ms / predicted[*best_k].time_ms;
+          predicted[*optimal].step_ms / predicted[*best_k].step_ms;
       ratios.measured.push_back(ratio);
       ratios.predicted.push_back(predicted_ratio);
       row.push_back(Cell::ratio_interval(ratio));
@@ -251,10 +251,10 @@ void run_model(
         Cell::integer(predicted[c].stage_forwards),
         Cell::bytes(predicted[c].peak_bytes),
         Cell::bytes(peak(c)),
-        Cell::ratio(predicted[c].time_ms / predicted[0].time_ms)};
+        Cell::ratio(predicted[c].step_ms / predicted[0].step_ms)};
     if (c > 0) {
       ratios.against_none.push_back(
-          {predicted[c].time_ms / predicted[0].time_ms,
+          {predicted[c].step_ms / predicted[0].step_ms,
            measured[c].step_ratio(measured[0])});
     }
     for (Cell& cell : step_time_cells(measured[c], measured[0])) {

@@ -41,7 +41,8 @@ planner::Chain without_selective(const planner::Chain& chain) {
   for (planner::StageCost& stage : stages) {
     stage.selective.reset();
   }
-  return planner::Chain(std::move(stages), chain.input_bytes());
+  return planner::Chain(std::move(stages), chain.input_bytes())
+      .with_cold_write_ms_per_mib(chain.cold_write_ms_per_mib());
 }
 
 int64_t selective_ops(const planner::Plan& plan) {
@@ -262,8 +263,8 @@ std::vector<Cell> budget_cells(
   cells.push_back(Cell::integer(selective_ops(*row.three_ways)));
   const size_t c3 = *row.three_configuration;
   if (row.two_ways) {
-    const double t3 = planner::simulate(chains.three, *row.three_ways).time_ms;
-    const double t2 = planner::simulate(chains.two, *row.two_ways).time_ms;
+    const double t3 = planner::simulate(chains.three, *row.three_ways).step_ms;
+    const double t2 = planner::simulate(chains.two, *row.two_ways).step_ms;
     ++comparison.compared;
     comparison.never_slower += t3 <= t2 * (1 + 1e-6);
     comparison.faster += t3 < t2 * (1 - 1e-6);

@@ -702,7 +702,7 @@ ModelResult run_model(
         config.plan ? Cell::integer(stage_forwards(*config.plan))
                     : Cell::integer(stage_count));
     row.push_back(
-        Cell::ratio(config.predicted.time_ms / configs[0].predicted.time_ms));
+        Cell::ratio(config.predicted.step_ms / configs[0].predicted.step_ms));
     for (Cell& cell : step_time_cells(config.remat, none)) {
       row.push_back(std::move(cell));
     }
@@ -785,7 +785,7 @@ ModelResult run_model(
             ? Cell::text("same plan")
             : paired_ratio_cell(optimal.remat.cpu_ms, other.remat.cpu_ms));
     row.push_back(
-        Cell::ratio(optimal.predicted.time_ms / other.predicted.time_ms));
+        Cell::ratio(optimal.predicted.step_ms / other.predicted.step_ms));
     equal.add_row(std::move(row));
     if (*line.config != *hand) {
       result.equal_memory.emplace_back(

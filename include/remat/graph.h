@@ -95,7 +95,8 @@ torch::Tensor run_graph(
 /// (remat/profile.h), measured with all the stage's inputs in place; a
 /// backward's transient is measured above the gradients of all its distinct
 /// inputs. Leaves no trace (buffers, gradients, RNG restored). The model
-/// state is model_state_of(the stages' modules, optimizer_state_ratio).
+/// state is model_state_of(the stages' modules, optimizer_state_ratio); the
+/// cold-write cost is measured as profile_chain's (remat/profile.h).
 ///
 /// Throws c10::Error, naming the stage, if `stages` is empty, a stage has no
 /// forward, reads nothing, reads a stage that is not an earlier one (this

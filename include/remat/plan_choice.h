@@ -58,11 +58,12 @@ struct PlanChoice {
   /// default, 50% of the store-all peak, is below it)".
   std::string budget_text = "none";
   planner::Plan plan;
-  /// simulate(chain, plan): valid, peak_bytes, time_ms.
+  /// simulate(chain, plan): valid, peak_bytes, time_ms, step_ms.
   planner::Simulation simulation;
-  /// Predicted peak and time of storing everything (no checkpointing).
+  /// Predicted peak and step time (Simulation::step_ms) of storing
+  /// everything (no checkpointing).
   int64_t store_all_peak_bytes = 0;
-  double store_all_time_ms = 0;
+  double store_all_step_ms = 0;
   /// The smallest budget at which any plan fits; std::nullopt for a chain
   /// longer than planner::kMaxExactStages (not computed: too slow). Always
   /// computed on a graph.

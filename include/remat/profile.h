@@ -86,7 +86,10 @@ planner::ModelState model_state_of(
 /// requires grad, as the runtime does.
 ///
 /// The chain's model_state() is model_state_of(the children,
-/// options.optimizer_state_ratio()).
+/// options.optimizer_state_ratio()). On a CPU its cold_write_ms_per_mib()
+/// is measured for a working set of the input plus every stage's
+/// saved_bytes (up to 256 MiB of buffers, allocated for a few milliseconds
+/// at the end); on other devices it is 0 (docs/planner.md, "Time").
 ///
 /// REQUIRES: every child takes one Tensor and returns one Tensor.
 /// Throws c10::Error if `model` is empty or null, `sample` is undefined,

@@ -125,7 +125,8 @@ planner::Chain with_unit_bytes(
     const int64_t unit = units.unit_of_stage[i];
     stages[i].gathered_bytes = unit < 0 ? 0 : unit_bytes[unit];
   }
-  return planner::Chain(std::move(stages), chain.input_bytes(), resident);
+  return planner::Chain(std::move(stages), chain.input_bytes(), resident)
+      .with_cold_write_ms_per_mib(chain.cold_write_ms_per_mib());
 }
 
 }  // namespace detail

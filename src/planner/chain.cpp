@@ -243,13 +243,27 @@ bool operator!=(const ModelState& lhs, const ModelState& rhs) {
 }
 
 Chain Chain::with_model_state(const ModelState& state) const {
-  return Chain(stages_, input_bytes_, resident_bytes_, state);
+  return Chain(stages_, input_bytes_, resident_bytes_, state)
+      .with_cold_write_ms_per_mib(cold_write_ms_per_mib_);
+}
+
+Chain Chain::with_cold_write_ms_per_mib(double ms_per_mib) const {
+  if (!std::isfinite(ms_per_mib) || ms_per_mib < 0) {
+    fail(
+        "cold_write_ms_per_mib: expected finite and >= 0, got " +
+        std::to_string(ms_per_mib));
+  }
+  Chain copy = *this;
+  copy.cold_write_ms_per_mib_ = ms_per_mib;
+  return copy;
 }
 
 bool operator==(const Chain& lhs, const Chain& rhs) {
   return lhs.input_bytes() == rhs.input_bytes() &&
          lhs.resident_bytes() == rhs.resident_bytes() &&
-         lhs.model_state() == rhs.model_state() && lhs.stages() == rhs.stages();
+         lhs.model_state() == rhs.model_state() &&
+         lhs.cold_write_ms_per_mib() == rhs.cold_write_ms_per_mib() &&
+         lhs.stages() == rhs.stages();
 }
 
 bool operator!=(const Chain& lhs, const Chain& rhs) {

@@ -242,9 +242,9 @@ ExplainReport build_report(
          running});
   }
   report.peak_bytes = simulation.peak_bytes;
-  report.time_ms = simulation.time_ms;
+  report.step_ms = simulation.step_ms;
   report.store_all_peak_bytes = store_all.peak_bytes;
-  report.store_all_time_ms = store_all.time_ms;
+  report.store_all_step_ms = store_all.step_ms;
   return report;
 }
 
@@ -301,8 +301,8 @@ std::string to_text(const ExplainReport& report) {
                  static_cast<double>(report.store_all_peak_bytes),
              2)
       << "% of store-all " << format_bytes(report.store_all_peak_bytes)
-      << "), predicted time " << fixed(report.time_ms, 3) << " ms (store-all "
-      << fixed(report.store_all_time_ms, 3) << " ms), "
+      << "), predicted time " << fixed(report.step_ms, 3) << " ms (store-all "
+      << fixed(report.store_all_step_ms, 3) << " ms), "
       << report.recomputed_forwards << " recomputed stage forwards\n";
   if (report.counts_parameters) {
     const int64_t parameters =

@@ -8,6 +8,7 @@
 #include "remat/planner/graph.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -168,7 +169,19 @@ int64_t Graph::value_bytes(int64_t value) const {
 }
 
 Graph Graph::with_model_state(const ModelState& state) const {
-  return Graph(stages_, inputs_, input_bytes_, state);
+  return Graph(stages_, inputs_, input_bytes_, state)
+      .with_cold_write_ms_per_mib(cold_write_ms_per_mib_);
+}
+
+Graph Graph::with_cold_write_ms_per_mib(double ms_per_mib) const {
+  if (!std::isfinite(ms_per_mib) || ms_per_mib < 0) {
+    fail(
+        "cold_write_ms_per_mib: expected finite and >= 0, got " +
+        std::to_string(ms_per_mib));
+  }
+  Graph copy = *this;
+  copy.cold_write_ms_per_mib_ = ms_per_mib;
+  return copy;
 }
 
 bool Graph::is_chain() const {
@@ -186,7 +199,8 @@ Chain Graph::as_chain() const {
         "as_chain: the graph is not a chain (some stage reads more than the "
         "stage before it)");
   }
-  return Chain(stages_, input_bytes_, 0, model_state_);
+  return Chain(stages_, input_bytes_, 0, model_state_)
+      .with_cold_write_ms_per_mib(cold_write_ms_per_mib_);
 }
 
 Graph graph_of(const Chain& chain) {
@@ -201,15 +215,18 @@ Graph graph_of(const Chain& chain) {
     inputs.push_back({i - 1});
   }
   return Graph(
-      chain.stages(),
-      std::move(inputs),
-      chain.input_bytes(),
-      chain.model_state());
+             chain.stages(),
+             std::move(inputs),
+             chain.input_bytes(),
+             chain.model_state())
+      .with_cold_write_ms_per_mib(chain.cold_write_ms_per_mib());
 }
 
 bool operator==(const Graph& lhs, const Graph& rhs) {
   if (lhs.size() != rhs.size() || lhs.input_bytes() != rhs.input_bytes() ||
-      lhs.model_state() != rhs.model_state() || lhs.stages() != rhs.stages()) {
+      lhs.model_state() != rhs.model_state() ||
+      lhs.cold_write_ms_per_mib() != rhs.cold_write_ms_per_mib() ||
+      lhs.stages() != rhs.stages()) {
     return false;
   }
   for (int64_t i = 0; i < lhs.size(); ++i) {

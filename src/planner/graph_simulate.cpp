@@ -295,7 +295,11 @@ class GraphReplay {
 Simulation simulate(const Graph& graph, const Plan& plan) {
   GraphReplay replay(graph, plan);
   return detail::replay_plan(
-      plan, replay, [&](size_t k) { return replay.apply(k); }, [](size_t) {});
+      plan,
+      replay,
+      graph.cold_write_ms_per_mib(),
+      [&](size_t k) { return replay.apply(k); },
+      [](size_t) {});
 }
 
 std::vector<std::vector<int64_t>> released_values(
@@ -305,6 +309,7 @@ std::vector<std::vector<int64_t>> released_values(
   const Simulation simulation = detail::replay_plan(
       plan,
       replay,
+      graph.cold_write_ms_per_mib(),
       [&](size_t k) { return replay.apply(k); },
       [&](size_t k) { released[k] = replay.released(); });
   if (!simulation.valid) {

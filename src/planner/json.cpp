@@ -258,13 +258,26 @@ json stage_json(const StageCost& s) {
   return stage;
 }
 
-void add_model_state(json& doc, const ModelState& state) {
+// What chains and graphs share beside their stages: the model state and
+// the cold-write cost, each written only when not the default.
+void add_step_costs(
+    json& doc, const ModelState& state, double cold_write_ms_per_mib) {
   if (state != ModelState{}) {
     doc["model_state"] = {
         {"parameter_bytes", state.parameter_bytes},
         {"gradient_bytes", state.gradient_bytes},
         {"optimizer_bytes", state.optimizer_bytes}};
   }
+  if (cold_write_ms_per_mib != 0) {
+    doc["cold_write_ms_per_mib"] = cold_write_ms_per_mib;
+  }
+}
+
+double read_cold_write_ms_per_mib(const JsonReader& r, const json& doc) {
+  return doc.contains("cold_write_ms_per_mib")
+             ? r.non_negative_number(
+                   doc["cold_write_ms_per_mib"], "cold_write_ms_per_mib")
+             : 0.0;
 }
 
 // The costs of the stage object `stage` at `path`; `extra` names a field
@@ -328,7 +341,7 @@ std::string to_json(const Chain& chain) {
   if (chain.resident_bytes() != 0) {
     doc["resident_bytes"] = chain.resident_bytes();
   }
-  add_model_state(doc, chain.model_state());
+  add_step_costs(doc, chain.model_state(), chain.cold_write_ms_per_mib());
   return doc.dump();
 }
 
@@ -340,7 +353,7 @@ std::string to_json(const Graph& graph) {
     stages.push_back(std::move(stage));
   }
   json doc{{"input_bytes", graph.input_bytes()}, {"stages", stages}};
-  add_model_state(doc, graph.model_state());
+  add_step_costs(doc, graph.model_state(), graph.cold_write_ms_per_mib());
   return doc.dump();
 }
 
@@ -349,7 +362,13 @@ Chain chain_from_json(std::string_view text) {
     const json doc = r.parse(text);
     r.object(doc, "");
     r.check_keys(
-        doc, "", {"input_bytes", "resident_bytes", "model_state", "stages"});
+        doc,
+        "",
+        {"input_bytes",
+         "resident_bytes",
+         "model_state",
+         "cold_write_ms_per_mib",
+         "stages"});
     const int64_t input_bytes =
         r.non_negative_integer(r.field(doc, "", "input_bytes"), "input_bytes");
     const int64_t resident_bytes =
@@ -359,6 +378,7 @@ Chain chain_from_json(std::string_view text) {
     const ModelState model_state = doc.contains("model_state")
                                        ? read_model_state(r, doc["model_state"])
                                        : ModelState{};
+    const double cold_write = read_cold_write_ms_per_mib(r, doc);
     const json& stages = r.array(r.field(doc, "", "stages"), "stages");
     std::vector<StageCost> costs;
     for (size_t k = 0; k < stages.size(); ++k) {
@@ -367,7 +387,8 @@ Chain chain_from_json(std::string_view text) {
           read_stage(r, r.object(stages[k], path), path, /*extra=*/nullptr));
     }
     try {
-      return Chain(std::move(costs), input_bytes, resident_bytes, model_state);
+      return Chain(std::move(costs), input_bytes, resident_bytes, model_state)
+          .with_cold_write_ms_per_mib(cold_write);
     } catch (const std::invalid_argument& e) {
       r.fail("", e.what());
     }
@@ -378,12 +399,16 @@ Graph graph_from_json(std::string_view text) {
   return guarded("graph_from_json", [&](const JsonReader& r) {
     const json doc = r.parse(text);
     r.object(doc, "");
-    r.check_keys(doc, "", {"input_bytes", "model_state", "stages"});
+    r.check_keys(
+        doc,
+        "",
+        {"input_bytes", "model_state", "cold_write_ms_per_mib", "stages"});
     const int64_t input_bytes =
         r.non_negative_integer(r.field(doc, "", "input_bytes"), "input_bytes");
     const ModelState model_state = doc.contains("model_state")
                                        ? read_model_state(r, doc["model_state"])
                                        : ModelState{};
+    const double cold_write = read_cold_write_ms_per_mib(r, doc);
     const json& stages = r.array(r.field(doc, "", "stages"), "stages");
     std::vector<StageCost> costs;
     std::vector<std::vector<int64_t>> inputs;
@@ -401,7 +426,8 @@ Graph graph_from_json(std::string_view text) {
     }
     try {
       return Graph(
-          std::move(costs), std::move(inputs), input_bytes, model_state);
+                 std::move(costs), std::move(inputs), input_bytes, model_state)
+          .with_cold_write_ms_per_mib(cold_write);
     } catch (const std::invalid_argument& e) {
       r.fail("", e.what());
     }

@@ -34,11 +34,23 @@ inline std::string backward_order_error(
 /// Replays `plan`: apply(k) applies op k to `replay` and returns "" or the
 /// broken rule; on_op(k) runs after each applied op. `replay` reports
 /// current_bytes(), last_op_peak_bytes(), peak_bytes(), time_ms(),
-/// finished() and next_backward_stage().
+/// finished() and next_backward_stage(). `cold_write_ms_per_mib`: the
+/// chain's or graph's, for Simulation::step_ms.
 template <typename Replay, typename Apply, typename OnOp>
 Simulation replay_plan(
-    const Plan& plan, const Replay& replay, Apply apply, OnOp on_op) {
+    const Plan& plan,
+    const Replay& replay,
+    double cold_write_ms_per_mib,
+    Apply apply,
+    OnOp on_op) {
   Simulation result;
+  const auto totals = [&] {
+    result.peak_bytes = replay.peak_bytes();
+    result.time_ms = replay.time_ms();
+    result.step_ms = result.time_ms + cold_write_ms_per_mib *
+                                          static_cast<double>(result.peak_bytes) /
+                                          static_cast<double>(int64_t{1} << 20);
+  };
   result.live_after_bytes.reserve(plan.ops.size());
   result.op_peak_bytes.reserve(plan.ops.size());
   for (size_t k = 0; k < plan.ops.size(); ++k) {
@@ -48,16 +60,14 @@ Simulation replay_plan(
       result.error = "op " + std::to_string(k) + " (" +
                      op_kind_letter(op.kind) + std::to_string(op.stage) +
                      "): " + error;
-      result.peak_bytes = replay.peak_bytes();
-      result.time_ms = replay.time_ms();
+      totals();
       return result;
     }
     result.live_after_bytes.push_back(replay.current_bytes());
     result.op_peak_bytes.push_back(replay.last_op_peak_bytes());
     on_op(k);
   }
-  result.peak_bytes = replay.peak_bytes();
-  result.time_ms = replay.time_ms();
+  totals();
   if (!replay.finished()) {
     result.error = "the plan ends before the backward of stage " +
                    std::to_string(replay.next_backward_stage());

@@ -243,6 +243,7 @@ Simulation simulate(const Chain& chain, const Plan& plan) {
   return detail::replay_plan(
       plan,
       replay,
+      chain.cold_write_ms_per_mib(),
       [&](size_t k) { return replay.apply(plan.ops[k]); },
       [](size_t) {});
 }

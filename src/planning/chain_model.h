@@ -132,7 +132,14 @@ class ChainModel {
     for (int64_t i = 0; i < structure.size(); ++i) {
       inputs.push_back(structure.inputs(i));
     }
-    return planner::Graph(std::move(stages), std::move(inputs), input_bytes);
+    // A machine's cost, not the size's: the mean of the profiles'.
+    double cold_write_ms_per_mib = 0;
+    for (const planner::Graph& profile : profiles_) {
+      cold_write_ms_per_mib += profile.cold_write_ms_per_mib();
+    }
+    cold_write_ms_per_mib /= static_cast<double>(profiles_.size());
+    return planner::Graph(std::move(stages), std::move(inputs), input_bytes)
+        .with_cold_write_ms_per_mib(cold_write_ms_per_mib);
   }
 
  private:

@@ -25,7 +25,7 @@
 //    answer is the largest whose profile fits. A few rounds at most; what
 //    is returned was seen to fit.
 // 4. With max_time_ratio, the limit is decided on predicted times:
-//    simulate()'s time per unit of the plan on the chain profiled at that
+//    simulate()'s step time per unit of the plan on the chain profiled at that
 //    very size, against no checkpointing's at its answer. A checkpointing
 //    strategy whose answer is over the limit bisects, on checks, between no
 //    checkpointing's answer and its own for the largest size within it. Each
@@ -89,7 +89,7 @@ struct Choice {
   planner::Plan plan;
   int64_t segments = 0;
   int64_t peak_bytes = 0;
-  double time_ms = 0;
+  double step_ms = 0;  ///< simulate()'s predicted step
 };
 
 /// The strategies of a kind of problem, in the order of the answers.
@@ -119,7 +119,7 @@ std::optional<Choice> choose(
       return std::nullopt;
     }
     return Choice{
-        std::move(plan), segments, simulation.peak_bytes, simulation.time_ms};
+        std::move(plan), segments, simulation.peak_bytes, simulation.step_ms};
   };
   if (strategy == "none") {
     return fits(planner::solve_store_all(graph), 0);
@@ -138,7 +138,7 @@ std::optional<Choice> choose(
     std::optional<Choice> best;
     for (int64_t k = 1; k <= chain.size(); ++k) {
       auto choice = fits(planner::solve_uniform(chain, k), k);
-      if (choice && (!best || choice->time_ms < best->time_ms)) {
+      if (choice && (!best || choice->step_ms < best->step_ms)) {
         best = std::move(choice);
       }
     }
@@ -156,7 +156,7 @@ std::optional<Choice> choose(
       graph.is_chain() ? "checkpoint_sequential" : "per-block",
       graph,
       cap_bytes);
-  if (other && (!best || other->time_ms < best->time_ms)) {
+  if (other && (!best || other->step_ms < best->step_ms)) {
     other->segments = 0;
     best = std::move(other);
   }
@@ -393,7 +393,7 @@ struct Checker {
       candidate.segments = choice->segments;
       candidate.plan = choice->plan;
       candidate.predicted_peak_bytes = choice->peak_bytes;
-      candidate.predicted_step_ms = choice->time_ms;
+      candidate.predicted_step_ms = choice->step_ms;
       measure_step(problem, choice->plan, options, candidate);
       result.measured_over_cap = candidate.measured_peak_bytes > cap_bytes;
       if (!result.measured_over_cap) {

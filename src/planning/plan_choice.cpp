@@ -69,7 +69,7 @@ PlanChoice start_choice(
   const planner::Simulation store_all =
       planner::simulate(model, planner::solve_store_all(model));
   choice.store_all_peak_bytes = store_all.peak_bytes;
-  choice.store_all_time_ms = store_all.time_ms;
+  choice.store_all_step_ms = store_all.step_ms;
   if (with_minimum) {
     choice.min_feasible_bytes = planner::min_feasible_budget_bytes(model);
   }

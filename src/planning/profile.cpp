@@ -30,6 +30,11 @@
 // profiling, as in a training step after the first one, so their accumulation
 // costs only the transient it really costs; the caller's gradients, module
 // buffers and RNG state are restored at the end (RAII, also on error).
+//
+// On a CPU, the chain's (graph's) cold_write_ms_per_mib is measured last
+// (cold_write_ms_per_mib() below): a step writes its whole working set into
+// memory that the rest of the step has pushed out of the caches, while the
+// no-grad forwards timed above write into buffers they just freed.
 #include "remat/profile.h"
 
 #include "remat/planner/statistics.h"
@@ -56,6 +61,54 @@
 
 namespace remat {
 namespace {
+
+/// Milliseconds per MiB that writing into memory not in cache costs beyond
+/// writing into memory that is, for a working set of `working_set_bytes`
+/// (the activations a step keeps), on the CPU; 0 elsewhere (not measured).
+/// Buffers of up to 1 MiB, as many as cover the working set (at most
+/// 256 MiB of them): each filled once just after its allocation and kept
+/// (fresh memory, as the records of a step), against one buffer filled
+/// again and again (memory in cache). A first pass, not timed, lets the
+/// allocator map the pages, as the steps before a step have; the median
+/// per buffer over three timed passes. At least 0.
+double cold_write_ms_per_mib(int64_t working_set_bytes, c10::Device device) {
+  if (!device.is_cpu() || working_set_bytes <= 0) {
+    return 0;
+  }
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const int64_t buffer_bytes = std::min(kMiB, working_set_bytes);
+  const int64_t buffers =
+      std::min(working_set_bytes, 256 * kMiB) / buffer_bytes;
+  const auto options = torch::TensorOptions().dtype(torch::kFloat32);
+  const int64_t elements = buffer_bytes / 4;
+  if (elements == 0) {
+    return 0;
+  }
+  std::vector<double> cold_ms;
+  std::vector<double> warm_ms;
+  torch::Tensor reused = torch::empty({elements}, options);
+  reused.fill_(1);
+  for (int pass = 0; pass < 4; ++pass) {
+    std::vector<torch::Tensor> kept;
+    for (int64_t k = 0; k < buffers; ++k) {
+      measure::Timer cold;
+      torch::Tensor fresh = torch::empty({elements}, options);
+      fresh.fill_(1);
+      const double fresh_ms = cold.elapsed_ms();
+      kept.push_back(std::move(fresh));
+      measure::Timer warm;
+      reused.fill_(2);
+      const double reused_ms = warm.elapsed_ms();
+      if (pass > 0) {
+        cold_ms.push_back(fresh_ms);
+        warm_ms.push_back(reused_ms);
+      }
+    }
+  }
+  const double mib = static_cast<double>(buffer_bytes) / static_cast<double>(kMiB);
+  return std::max(
+      0.0, (planner::median(cold_ms) - planner::median(warm_ms)) / mib);
+}
 
 /// The bytes of `module`'s buffers (0 for none).
 int64_t buffer_bytes(const std::shared_ptr<torch::nn::Module>& module) {
@@ -264,11 +317,17 @@ planner::Chain profile_chain(
     }
     input_value_bytes = stages.back().output_bytes;
   }
+  int64_t kept_bytes = input_bytes;
+  for (const planner::StageCost& stage : stages) {
+    kept_bytes += stage.saved_bytes;
+  }
   return planner::Chain(
-      std::move(stages),
-      input_bytes,
-      /*resident_bytes=*/0,
-      model_state);
+             std::move(stages),
+             input_bytes,
+             /*resident_bytes=*/0,
+             model_state)
+      .with_cold_write_ms_per_mib(
+          cold_write_ms_per_mib(kept_bytes, sample.device()));
 }
 
 planner::Graph profile_graph(
@@ -323,11 +382,17 @@ planner::Graph profile_graph(
   for (int64_t i = 0; i < structure.size(); ++i) {
     inputs.push_back(structure.inputs(i));
   }
+  int64_t kept_bytes = static_cast<int64_t>(sample.nbytes());
+  for (const planner::StageCost& stage : costs) {
+    kept_bytes += stage.saved_bytes;
+  }
+  const double cold_write = cold_write_ms_per_mib(kept_bytes, sample.device());
   return planner::Graph(
-      std::move(costs),
-      std::move(inputs),
-      static_cast<int64_t>(sample.nbytes()),
-      model_state);
+             std::move(costs),
+             std::move(inputs),
+             static_cast<int64_t>(sample.nbytes()),
+             model_state)
+      .with_cold_write_ms_per_mib(cold_write);
 }
 
 planner::ModelState model_state_of(

@@ -84,10 +84,11 @@ planner::Graph StageTimes::apply_to(const planner::Graph& profiled) const {
 planner::Chain with_stage_costs(
     const planner::Chain& costs, std::vector<planner::StageCost> stages) {
   return planner::Chain(
-      std::move(stages),
-      costs.input_bytes(),
-      costs.resident_bytes(),
-      costs.model_state());
+             std::move(stages),
+             costs.input_bytes(),
+             costs.resident_bytes(),
+             costs.model_state())
+      .with_cold_write_ms_per_mib(costs.cold_write_ms_per_mib());
 }
 
 planner::Graph with_stage_costs(
@@ -97,10 +98,11 @@ planner::Graph with_stage_costs(
     inputs.push_back(costs.inputs(i));
   }
   return planner::Graph(
-      std::move(stages),
-      std::move(inputs),
-      costs.input_bytes(),
-      costs.model_state());
+             std::move(stages),
+             std::move(inputs),
+             costs.input_bytes(),
+             costs.model_state())
+      .with_cold_write_ms_per_mib(costs.cold_write_ms_per_mib());
 }
 
 template <class Costs>

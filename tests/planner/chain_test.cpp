@@ -30,6 +30,35 @@ TEST(Chain, KeepsWhatItIsGiven) {
   EXPECT_THROW(chain.stage(2), std::out_of_range);
 }
 
+TEST(Chain, KeepsItsColdWriteCostThroughCopiesAndRejectsABadOne) {
+  const Chain plain({StageCost{1, 2, 10, 10}}, 4);
+  EXPECT_EQ(plain.cold_write_ms_per_mib(), 0);
+  const Chain chain = plain.with_cold_write_ms_per_mib(0.06);
+  EXPECT_EQ(chain.cold_write_ms_per_mib(), 0.06);
+  EXPECT_NE(chain, plain);
+  EXPECT_EQ(
+      chain.with_model_state(ModelState{1, 2, 3}).cold_write_ms_per_mib(),
+      0.06);
+  EXPECT_EQ(graph_of(chain).cold_write_ms_per_mib(), 0.06);
+  EXPECT_EQ(graph_of(chain).as_chain(), chain);
+  for (double bad : {-0.5, std::nan(""), HUGE_VAL}) {
+    try {
+      (void)chain.with_cold_write_ms_per_mib(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("cold_write_ms_per_mib: expected finite "
+                                     "and >= 0, got"),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(chain.cold_write_ms_per_mib(), 0.06);  // unchanged by a refusal
+  const Graph graph = graph_of(plain);
+  EXPECT_THROW(
+      (void)graph.with_cold_write_ms_per_mib(-1), std::invalid_argument);
+}
+
 TEST(Chain, RejectsAnEmptyChain) {
   EXPECT_NE(error_of({}, 1).find("empty"), std::string::npos);
 }

@@ -26,7 +26,7 @@ TEST(Explain, EveryOpPeakIsSimulatesStepByStep) {
       ASSERT_TRUE(report.valid) << report.error;
       ASSERT_EQ(report.ops.size(), plan.ops.size());
       EXPECT_EQ(report.peak_bytes, simulation.peak_bytes);
-      EXPECT_EQ(report.time_ms, simulation.time_ms);
+      EXPECT_EQ(report.step_ms, simulation.step_ms);
       EXPECT_EQ(report.start_bytes, chain.base_bytes());
 
       // Independently of the report: an op whose step raises Replay's

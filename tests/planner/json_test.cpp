@@ -40,6 +40,14 @@ TEST(ChainJson, RoundTripsExactly) {
   negative.replace(
       negative.find(four), four.size(), "\"backward_tmp_bytes\": -2");
   EXPECT_EQ(chain_from_json(negative).stage(0).backward_tmp_bytes, -2);
+  // The cold-write cost: written when set, read back, 0 when absent.
+  const Chain cold = chain_from_json(kGoodChain).with_cold_write_ms_per_mib(
+      0.0625);
+  EXPECT_NE(to_json(cold).find("\"cold_write_ms_per_mib\""), std::string::npos);
+  EXPECT_EQ(chain_from_json(to_json(cold)), cold);
+  EXPECT_EQ(chain_from_json(kGoodChain).cold_write_ms_per_mib(), 0);
+  const Graph graph = graph_of(cold);
+  EXPECT_EQ(graph_from_json(to_json(graph)), graph);
 }
 
 TEST(ChainJson, NamesTheFieldAndValueOfBadInput) {
@@ -64,6 +72,8 @@ TEST(ChainJson, NamesTheFieldAndValueOfBadInput) {
             "stages[0].backward_ms: missing field"},
            {R"({"input_bytes": 1, "stages": [], "extra": 2})",
             "extra: unknown field"},
+           {R"({"input_bytes": 1, "cold_write_ms_per_mib": -0.5, "stages": []})",
+            "cold_write_ms_per_mib: expected a non-negative number, got -0.5"},
            {R"({"input_bytes": 18446744073709551615, "stages": []})",
             "does not fit int64"},
            {std::string(1000, '['), "nesting deeper than"},

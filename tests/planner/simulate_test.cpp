@@ -27,6 +27,32 @@ TEST(Simulate, CountsStoreAllByTheMemoryModel) {
   EXPECT_DOUBLE_EQ(sim.time_ms, (1 + 2 + 3) + (2 + 3 + 4));
 }
 
+TEST(Simulate, StepTimeChargesColdWritesOncePerByteOfThePeak) {
+  const Plan store_all = plan_from_string("R0 R1 R2 B2 B1 B0");
+  const Plan segment = plan_from_string("C0 N1 R2 B2 R0 R1 B1 B0");
+  const Chain plain = three_stages();
+  const Simulation before = simulate(plain, segment);
+  ASSERT_TRUE(before.valid) << before.error;
+  EXPECT_EQ(before.step_ms, before.time_ms);  // default: no cold writes
+  const Chain chain = plain.with_cold_write_ms_per_mib(0.25);
+  for (const Plan& plan : {store_all, segment}) {
+    const Simulation sim = simulate(chain, plan);
+    ASSERT_TRUE(sim.valid) << sim.error;
+    EXPECT_EQ(sim.time_ms, simulate(plain, plan).time_ms);  // what solvers see
+    EXPECT_EQ(sim.peak_bytes, simulate(plain, plan).peak_bytes);
+    EXPECT_DOUBLE_EQ(
+        sim.step_ms,
+        sim.time_ms + 0.25 * static_cast<double>(sim.peak_bytes) / (1 << 20));
+    // One model for chains and graphs.
+    const Simulation as_graph = simulate(graph_of(chain), plan);
+    EXPECT_DOUBLE_EQ(as_graph.step_ms, sim.step_ms);
+  }
+  // A plan of lower peak is charged less.
+  EXPECT_LT(
+      simulate(chain, segment).step_ms - simulate(chain, segment).time_ms,
+      simulate(chain, store_all).step_ms - simulate(chain, store_all).time_ms);
+}
+
 TEST(Simulate, CountsACheckpointedSegment) {
   const Chain chain = three_stages();
   const Simulation sim =

@@ -253,10 +253,10 @@ nlohmann::json explain_json(
   json["resident_bytes"] = report.resident_bytes;
   json["plan"] = choice.plan.to_string();
   json["predicted"] = {
-      {"peak_bytes", report.peak_bytes}, {"time_ms", report.time_ms}};
+      {"peak_bytes", report.peak_bytes}, {"time_ms", report.step_ms}};
   json["store_all"] = {
       {"peak_bytes", report.store_all_peak_bytes},
-      {"time_ms", report.store_all_time_ms}};
+      {"time_ms", report.store_all_step_ms}};
   nlohmann::json stages = nlohmann::json::array();
   for (const planner::ExplainStage& row : report.stages) {
     stages.push_back(

@@ -66,7 +66,7 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
       static_cast<double>(choice.simulation.peak_bytes),
       static_cast<double>(choice.store_all_peak_bytes));
   const double time_ratio =
-      ratio(choice.simulation.time_ms, choice.store_all_time_ms);
+      ratio(choice.simulation.step_ms, choice.store_all_step_ms);
 
   if (options.json) {
     nlohmann::json report;
@@ -84,10 +84,10 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
                                   : nlohmann::json(nullptr);
     report["store_all"] = {
         {"peak_bytes", choice.store_all_peak_bytes},
-        {"time_ms", choice.store_all_time_ms}};
+        {"time_ms", choice.store_all_step_ms}};
     report["predicted"] = {
         {"peak_bytes", choice.simulation.peak_bytes},
-        {"time_ms", choice.simulation.time_ms},
+        {"time_ms", choice.simulation.step_ms},
         {"memory_ratio", memory_ratio},
         {"time_ratio", time_ratio}};
     report["extra_forwards"] = extra_forwards(choice.plan);
@@ -102,7 +102,7 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
        << " stages, input " << planner::format_bytes(input_bytes) << '\n';
   text << "store-all peak "
        << planner::format_bytes(choice.store_all_peak_bytes) << ", time "
-       << choice.store_all_time_ms << " ms; minimum feasible "
+       << choice.store_all_step_ms << " ms; minimum feasible "
        << (choice.min_feasible_bytes
                ? planner::format_bytes(*choice.min_feasible_bytes)
                : "not computed (more than " +
@@ -118,7 +118,7 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
   text << "predicted peak "
        << planner::format_bytes(choice.simulation.peak_bytes) << " ("
        << choice.simulation.peak_bytes << " bytes, " << memory_ratio
-       << "x store-all), time " << choice.simulation.time_ms << " ms ("
+       << "x store-all), time " << choice.simulation.step_ms << " ms ("
        << time_ratio << "x), " << extra_forwards(choice.plan)
        << " stage forwards recomputed\n";
   io.out << text.str();

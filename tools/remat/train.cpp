@@ -771,7 +771,7 @@ void print_plan(
                  static_cast<double>(choice.store_all_peak_bytes),
              2)
       << "x), time "
-      << fixed(choice.simulation.time_ms / choice.store_all_time_ms, 2)
+      << fixed(choice.simulation.step_ms / choice.store_all_step_ms, 2)
       << "x of no checkpointing\n";
 }
 

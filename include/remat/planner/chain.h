@@ -196,6 +196,19 @@ class Chain {
   /// A copy of this chain with `state` as its model state. Throws as the
   /// constructor.
   Chain with_model_state(const ModelState& state) const;
+  /// Milliseconds a training step spends writing one MiB into memory that
+  /// is not in cache, beyond writing it into memory that is: the machine's
+  /// cost of first touching the step's working set, which simulate() charges
+  /// once per step for every byte of the peak (Simulation::step_ms). What
+  /// `remat::profile_chain` measures on a CPU; 0 on other devices and by
+  /// default (docs/planner.md, "Time").
+  double cold_write_ms_per_mib() const {
+    return cold_write_ms_per_mib_;
+  }
+  /// A copy of this chain with `ms_per_mib` as cold_write_ms_per_mib().
+  /// Throws std::invalid_argument, naming the value, unless it is finite and
+  /// >= 0.
+  Chain with_cold_write_ms_per_mib(double ms_per_mib) const;
   /// The bytes every plan holds from start to end: input_bytes() +
   /// resident_bytes().
   int64_t base_bytes() const {
@@ -211,6 +224,7 @@ class Chain {
   int64_t input_bytes_;
   int64_t resident_bytes_;
   ModelState model_state_;
+  double cold_write_ms_per_mib_ = 0;
 };
 
 bool operator==(const SelectiveCost& lhs, const SelectiveCost& rhs);
@@ -219,8 +233,8 @@ bool operator==(const StageCost& lhs, const StageCost& rhs);
 bool operator!=(const StageCost& lhs, const StageCost& rhs);
 bool operator==(const ModelState& lhs, const ModelState& rhs);
 bool operator!=(const ModelState& lhs, const ModelState& rhs);
-/// Chains are equal when their input and resident sizes, model states and
-/// all stage costs are equal.
+/// Chains are equal when their input and resident sizes, model states,
+/// cold-write costs and all stage costs are equal.
 bool operator==(const Chain& lhs, const Chain& rhs);
 bool operator!=(const Chain& lhs, const Chain& rhs);
 

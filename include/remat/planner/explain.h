@@ -50,9 +50,9 @@ struct ExplainReport {
   int64_t start_bytes = 0;           ///< live before the first op (base bytes)
   std::vector<ExplainOp> ops;        ///< one per op, in plan order
   int64_t peak_bytes = 0;            ///< predicted peak (simulate())
-  double time_ms = 0;                ///< predicted time
+  double step_ms = 0;                ///< predicted step (Simulation::step_ms)
   int64_t store_all_peak_bytes = 0;  ///< the same for storing everything
-  double store_all_time_ms = 0;
+  double store_all_step_ms = 0;
   int64_t recomputed_forwards = 0;  ///< stage forwards beyond one per stage
   /// Whether the memory model counts parameters (a sharded chain), and then
   /// how the peak splits: resident shards, the parameters the peak op

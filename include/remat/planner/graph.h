@@ -81,6 +81,14 @@ class Graph {
   }
   /// A copy with `state` as its model state. Throws as the constructor.
   Graph with_model_state(const ModelState& state) const;
+  /// As Chain::cold_write_ms_per_mib(): charged once per step for every
+  /// byte of the peak. Default: 0.
+  double cold_write_ms_per_mib() const {
+    return cold_write_ms_per_mib_;
+  }
+  /// A copy with `ms_per_mib` as cold_write_ms_per_mib(). Throws as
+  /// Chain::with_cold_write_ms_per_mib().
+  Graph with_cold_write_ms_per_mib(double ms_per_mib) const;
   /// True when every stage reads exactly the one before (stage 0 the input):
   /// the graph is a chain, and as_chain() gives it.
   bool is_chain() const;
@@ -92,15 +100,18 @@ class Graph {
   std::vector<StageCost> stages_;
   int64_t input_bytes_;
   ModelState model_state_;
+  double cold_write_ms_per_mib_ = 0;
   std::vector<std::vector<int64_t>> inputs_;
   std::vector<std::vector<int64_t>> input_values_;
   std::vector<std::vector<int64_t>> consumers_;
 };
 
-/// The chain `chain` as a graph (stage i reads stage i - 1).
+/// The chain `chain` as a graph (stage i reads stage i - 1), its model
+/// state and cold-write cost included.
 Graph graph_of(const Chain& chain);
 
-/// Graphs are equal when their costs, inputs and model states are equal.
+/// Graphs are equal when their costs, inputs, model states and cold-write
+/// costs are equal.
 bool operator==(const Graph& lhs, const Graph& rhs);
 bool operator!=(const Graph& lhs, const Graph& rhs);
 

@@ -31,9 +31,14 @@ struct Simulation {
   /// memory model). For an invalid plan: the peak of the ops before the error.
   int64_t peak_bytes = 0;
   /// Sum of forward_ms of every forward op and backward_ms of every backward
-  /// op, in milliseconds. For an invalid plan: time of the ops before the
-  /// error.
+  /// op, in milliseconds: the time every solver minimizes. For an invalid
+  /// plan: time of the ops before the error.
   double time_ms = 0;
+  /// The predicted step time: time_ms plus the chain's (or graph's)
+  /// cold_write_ms_per_mib() for every MiB of peak_bytes, the step's first
+  /// touch of its working set (docs/planner.md, "Time"). Equals time_ms when
+  /// that cost is 0 (the default).
+  double step_ms = 0;
   /// Step by step, one entry per op applied (for an invalid plan: the ops
   /// before the error): the live bytes after the op ...
   std::vector<int64_t> live_after_bytes;
