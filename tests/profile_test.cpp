@@ -3,6 +3,7 @@
 // no trace (buffers, parameter gradients, RNG state).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,41 @@ TEST(ProfileChain, MeasuresBytesInTheSenseOfTheMemoryModel) {
     EXPECT_GE(chain.stage(i).forward_tmp_bytes, 0) << i;
     EXPECT_GE(chain.stage(i).backward_tmp_bytes, -chain.value_bytes(i)) << i;
   }
+}
+
+// The cold-write cost (planner::Chain::cold_write_ms_per_mib) is measured on
+// buffers that cover the chain's working set, not more: a small chain's
+// profile stays small. Its value is a time, checked only for its range.
+TEST(ProfileChain, MeasuresColdWritesOnBuffersTheSizeOfTheWorkingSet) {
+  torch::manual_seed(0);
+  torch::nn::Sequential model(
+      torch::nn::Linear(32, 64), torch::nn::ReLU(), torch::nn::Linear(64, 16));
+  const auto sample = torch::randn({8, 32});
+  remat::MemoryMeter meter;
+  const auto chain = remat::profile_chain(model, sample);
+  EXPECT_LT(meter.peak_delta_bytes(), int64_t{1} << 20);
+  EXPECT_EQ(meter.current_bytes(), meter.baseline_bytes());
+  EXPECT_TRUE(std::isfinite(chain.cold_write_ms_per_mib()));
+  EXPECT_GE(chain.cold_write_ms_per_mib(), 0);
+  // The graph profile measures it too, and a planner file keeps it.
+  torch::nn::Linear first(32, 64);
+  torch::nn::Linear second(64, 16);
+  const std::vector<remat::GraphStage> stages{
+      {[first](const std::vector<torch::Tensor>& in) mutable {
+         return torch::relu(first(in[0]));
+       },
+       first.ptr(),
+       {remat::kGraphInput}},
+      {[second](const std::vector<torch::Tensor>& in) mutable {
+         return second(in[0]);
+       },
+       second.ptr(),
+       {0}}};
+  const auto graph = remat::profile_graph(stages, sample);
+  EXPECT_TRUE(std::isfinite(graph.cold_write_ms_per_mib()));
+  EXPECT_GE(graph.cold_write_ms_per_mib(), 0);
+  EXPECT_EQ(
+      remat::planner::graph_from_json(remat::planner::to_json(graph)), graph);
 }
 
 TEST(ProfileChain, LeavesBuffersGradientsAndRngUntouched) {
