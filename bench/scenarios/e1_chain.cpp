@@ -155,8 +155,8 @@ Table run_chain(
           << " rows; baseline step "
           << Cell::ms(baseline.step().median).markdown() << " ms interleaved, "
           << Cell::ms(result.baseline_rerun.step().median).markdown()
-          << " ms re-run alone at the end; profiled cold writes "
-          << std::fixed << std::setprecision(3) << chain.cold_write_ms_per_mib()
+          << " ms re-run alone at the end; profiled cold writes " << std::fixed
+          << std::setprecision(3) << chain.cold_write_ms_per_mib()
           << " ms per MiB (simulate()'s step time adds them per MiB of the "
              "peak).";
   *note = summary.str();

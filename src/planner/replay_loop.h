@@ -47,9 +47,10 @@ Simulation replay_plan(
   const auto totals = [&] {
     result.peak_bytes = replay.peak_bytes();
     result.time_ms = replay.time_ms();
-    result.step_ms = result.time_ms + cold_write_ms_per_mib *
-                                          static_cast<double>(result.peak_bytes) /
-                                          static_cast<double>(int64_t{1} << 20);
+    result.step_ms =
+        result.time_ms + cold_write_ms_per_mib *
+                             static_cast<double>(result.peak_bytes) /
+                             static_cast<double>(int64_t{1} << 20);
   };
   result.live_after_bytes.reserve(plan.ops.size());
   result.op_peak_bytes.reserve(plan.ops.size());

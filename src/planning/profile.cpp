@@ -105,7 +105,8 @@ double cold_write_ms_per_mib(int64_t working_set_bytes, c10::Device device) {
       }
     }
   }
-  const double mib = static_cast<double>(buffer_bytes) / static_cast<double>(kMiB);
+  const double mib =
+      static_cast<double>(buffer_bytes) / static_cast<double>(kMiB);
   return std::max(
       0.0, (planner::median(cold_ms) - planner::median(warm_ms)) / mib);
 }

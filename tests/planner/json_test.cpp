@@ -41,8 +41,8 @@ TEST(ChainJson, RoundTripsExactly) {
       negative.find(four), four.size(), "\"backward_tmp_bytes\": -2");
   EXPECT_EQ(chain_from_json(negative).stage(0).backward_tmp_bytes, -2);
   // The cold-write cost: written when set, read back, 0 when absent.
-  const Chain cold = chain_from_json(kGoodChain).with_cold_write_ms_per_mib(
-      0.0625);
+  const Chain cold =
+      chain_from_json(kGoodChain).with_cold_write_ms_per_mib(0.0625);
   EXPECT_NE(to_json(cold).find("\"cold_write_ms_per_mib\""), std::string::npos);
   EXPECT_EQ(chain_from_json(to_json(cold)), cold);
   EXPECT_EQ(chain_from_json(kGoodChain).cold_write_ms_per_mib(), 0);
@@ -55,29 +55,30 @@ TEST(ChainJson, NamesTheFieldAndValueOfBadInput) {
     std::string json;
     std::string expected;
   };
-  for (const Case& c : std::vector<Case>{
-           {"{", "malformed JSON"},
-           {"[]", "document: expected an object"},
-           {R"({"stages": []})", "input_bytes: missing field"},
-           {R"({"input_bytes": 1, "stages": []})", "empty"},
-           {R"({"input_bytes": -1, "stages": []})",
-            "input_bytes: expected a non-negative integer, got -1"},
-           {R"({"input_bytes": 1.5, "stages": []})", "got 1.5"},
-           {R"({"input_bytes": 1, "stages": {}})", "stages: expected an array"},
-           {R"({"input_bytes": 1, "stages": [3]})",
-            "stages[0]: expected an object"},
-           {R"({"input_bytes": 1, "stages": [{"forward_ms": "1"}]})",
-            "stages[0].forward_ms: expected a non-negative number, got \"1\""},
-           {R"({"input_bytes": 1, "stages": [{"forward_ms": 1}]})",
-            "stages[0].backward_ms: missing field"},
-           {R"({"input_bytes": 1, "stages": [], "extra": 2})",
-            "extra: unknown field"},
-           {R"({"input_bytes": 1, "cold_write_ms_per_mib": -0.5, "stages": []})",
-            "cold_write_ms_per_mib: expected a non-negative number, got -0.5"},
-           {R"({"input_bytes": 18446744073709551615, "stages": []})",
-            "does not fit int64"},
-           {std::string(1000, '['), "nesting deeper than"},
-       }) {
+  for (
+      const Case& c : std::vector<Case>{
+          {"{", "malformed JSON"},
+          {"[]", "document: expected an object"},
+          {R"({"stages": []})", "input_bytes: missing field"},
+          {R"({"input_bytes": 1, "stages": []})", "empty"},
+          {R"({"input_bytes": -1, "stages": []})",
+           "input_bytes: expected a non-negative integer, got -1"},
+          {R"({"input_bytes": 1.5, "stages": []})", "got 1.5"},
+          {R"({"input_bytes": 1, "stages": {}})", "stages: expected an array"},
+          {R"({"input_bytes": 1, "stages": [3]})",
+           "stages[0]: expected an object"},
+          {R"({"input_bytes": 1, "stages": [{"forward_ms": "1"}]})",
+           "stages[0].forward_ms: expected a non-negative number, got \"1\""},
+          {R"({"input_bytes": 1, "stages": [{"forward_ms": 1}]})",
+           "stages[0].backward_ms: missing field"},
+          {R"({"input_bytes": 1, "stages": [], "extra": 2})",
+           "extra: unknown field"},
+          {R"({"input_bytes": 1, "cold_write_ms_per_mib": -0.5, "stages": []})",
+           "cold_write_ms_per_mib: expected a non-negative number, got -0.5"},
+          {R"({"input_bytes": 18446744073709551615, "stages": []})",
+           "does not fit int64"},
+          {std::string(1000, '['), "nesting deeper than"},
+      }) {
     const std::string error = chain_error(c.json);
     EXPECT_NE(error.find(c.expected), std::string::npos)
         << c.json << " -> " << error;
