@@ -617,6 +617,10 @@ TEST(RematBinary, TrainDynamicKeepsTheBaselinesLossesOnEveryModel) {
     EXPECT_GT(dynamic["rematerializations_per_step_median"].get<double>(), 0)
         << model;
     EXPECT_GT(dynamic["tracked_peak_bytes"].get<int64_t>(), 0) << model;
+    EXPECT_GE(
+        dynamic["scope_budget_bytes"].get<int64_t>(),
+        dynamic["largest_call_bytes"].get<int64_t>())
+        << model;
     // The first step's scope: half the budget less the input.
     EXPECT_EQ(
         dynamic["first_scope_budget_bytes"].get<int64_t>(),
@@ -629,6 +633,25 @@ TEST(RematBinary, TrainDynamicKeepsTheBaselinesLossesOnEveryModel) {
         report["baseline"]["activation_peak_bytes"].get<int64_t>())
         << model;
   }
+}
+
+// A budget the overhead of a step alone fills: the scope's budget after the
+// first step falls to what the largest recorded call saved (the GELU's
+// input), never below it, where the scope would refuse that call.
+TEST(RematBinary, TrainDynamicNeverRetunesBelowTheLargestCall) {
+  const ProcessResult result = run_remat(
+      "train " + kTinyGpt +
+      " --steps 4 --baseline-steps 4 --optimizer sgd --recompute dynamic "
+      "--budget 40% --json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const auto report = nlohmann::json::parse(result.out);
+  const auto& dynamic = report["dynamic"];
+  const auto largest = dynamic["largest_call_bytes"].get<int64_t>();
+  EXPECT_GT(largest, 0) << dynamic;
+  EXPECT_LT(largest, dynamic["first_scope_budget_bytes"].get<int64_t>())
+      << dynamic;
+  EXPECT_EQ(dynamic["scope_budget_bytes"].get<int64_t>(), largest) << dynamic;
+  EXPECT_EQ(report["baseline"]["max_loss_difference"].get<double>(), 0.0);
 }
 
 TEST(RematBinary, TrainDynamicAndVaryingLengthsRefuseWhatTheyCannotDo) {

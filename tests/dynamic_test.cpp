@@ -347,6 +347,26 @@ TEST(DynamicRemat, ABudgetBelowOneOperatorIsRefusedNamingItAndTheBytes) {
   EXPECT_TRUE(bitwise_equal(small * 2, small.grad()));
 }
 
+// largest_call_bytes is the least budget the code works with: exactly that
+// budget runs it, one byte less refuses the call that needs it.
+TEST(DynamicRemat, TheLargestCallsBytesAreTheLeastBudgetThatRuns) {
+  auto x = torch::randn({256, 256}).requires_grad_(true);
+  auto w = torch::randn({256, 256}).requires_grad_(true);
+  const auto step = [&](int64_t budget) {
+    DynamicRemat scope(DynamicRematOptions().budget_bytes(budget));
+    // mm saves both of its 256 KiB operands, relu its 256 KiB result.
+    auto y = torch::relu(torch::mm(x * 2, w * 2));
+    torch::relu(torch::mm(y, w * 3)).sum().backward();
+    return scope.stats();
+  };
+  const remat::DynamicRematStats roomy = step(64ll << 20);
+  EXPECT_EQ(roomy.largest_call_bytes, 2 * 256 * 256 * 4);
+  const remat::DynamicRematStats tight = step(roomy.largest_call_bytes);
+  EXPECT_EQ(tight.largest_call_bytes, roomy.largest_call_bytes);
+  EXPECT_GT(tight.evictions, 0);
+  EXPECT_THROW(step(roomy.largest_call_bytes - 1), c10::Error);
+}
+
 TEST(DynamicRemat, InvalidOptionsAreRejectedWithTheValue) {
   for (int64_t budget : {int64_t{0}, int64_t{-5}}) {
     try {

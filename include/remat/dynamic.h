@@ -72,6 +72,10 @@ struct DynamicRematStats {
   int64_t recorded_calls = 0;      // operator calls recorded in the forward
   int64_t saved_tensors = 0;       // tensors autograd saved in the scope
   int64_t untracked_saved_tensors = 0;  // of them, saved as they are
+  /// The most bytes one recorded call has saved so far: the least
+  /// budget_bytes the code run so far works with (below it, that call
+  /// throws).
+  int64_t largest_call_bytes = 0;
 };
 
 /// RAII scope: while it is alive on this thread, the activations autograd

@@ -502,6 +502,7 @@ void DynamicRuntime::attach(
       open.saved_bytes = needed;
       open.saved_storages.push_back(storage);
     }
+    stats_.largest_call_bytes = std::max(stats_.largest_call_bytes, needed);
   }
   ++value->saved_refs;
   value->last_use = ++clock_;

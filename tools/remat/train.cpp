@@ -484,6 +484,9 @@ struct TrainRun {
     double overhead_per_input_byte = 0;
     /// The highest tracked peak over the steps.
     int64_t tracked_peak_bytes = 0;
+    /// The most bytes one recorded call saved in any step: the scope's
+    /// budget never goes below it.
+    int64_t largest_call_bytes = 0;
     /// Per step: operator calls recorded, storages evicted, recorded calls
     /// re-run.
     std::vector<double> recorded_calls;
@@ -697,6 +700,8 @@ void observe_dynamic_step(
                            : result.dynamic->tracked_peak_bytes;
   const int64_t overhead = peak - held;
   dynamic.overhead_bytes = std::max(dynamic.overhead_bytes, overhead);
+  dynamic.largest_call_bytes =
+      std::max(dynamic.largest_call_bytes, result.dynamic->largest_call_bytes);
   dynamic.overhead_per_input_byte = std::max(
       dynamic.overhead_per_input_byte,
       static_cast<double>(overhead) /
@@ -708,8 +713,9 @@ void observe_dynamic_step(
 /// larger batch than seen, the largest per byte of input times this one's
 /// `batch_input_bytes`) and a margin of 1/32 of the budget. Never below a
 /// quarter of the first step's budget (a budget the overhead alone fills is
-/// not kept: the summary says by how much) nor above the budget less the
-/// input.
+/// not kept: the summary says by how much) nor below what the largest
+/// recorded call has saved (the scope would refuse that call), nor above the
+/// budget less the input.
 void retune_dynamic_scope(
     TrainRun& run, int64_t batch_input_bytes, Trainer& trainer) {
   TrainRun::Dynamic& dynamic = *run.dynamic;
@@ -721,7 +727,10 @@ void retune_dynamic_scope(
           static_cast<double>(batch_input_bytes))));
   const int64_t retuned = std::clamp<int64_t>(
       budget - overhead - budget / 32,
-      std::max<int64_t>(1, dynamic.first_scope_budget_bytes / 4),
+      std::max<int64_t>(
+          {1,
+           dynamic.first_scope_budget_bytes / 4,
+           dynamic.largest_call_bytes}),
       budget - run.input_bytes);
   if (retuned != dynamic.scope_budget_bytes) {
     dynamic.scope_budget_bytes = retuned;
@@ -1393,6 +1402,7 @@ void render_json(
         {"scope_budget_bytes", dynamic.scope_budget_bytes},
         {"overhead_bytes", dynamic.overhead_bytes},
         {"tracked_peak_bytes", dynamic.tracked_peak_bytes},
+        {"largest_call_bytes", dynamic.largest_call_bytes},
         {"recorded_calls_per_step_median",
          planner::median(dynamic.recorded_calls)},
         {"evictions_per_step_median", planner::median(dynamic.evictions)},
