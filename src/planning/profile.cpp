@@ -63,15 +63,23 @@ namespace remat {
 namespace {
 
 /// Milliseconds per MiB that writing into memory not in cache costs beyond
-/// writing into memory that is, for a working set of `working_set_bytes`
-/// (the activations a step keeps), on the CPU; 0 elsewhere (not measured).
+/// writing into memory that is, for the working set of a step that keeps
+/// the input and every stage's record (`input_bytes` + the `stages`'
+/// saved_bytes), on the CPU; 0 elsewhere (not measured).
 /// Buffers of up to 1 MiB, as many as cover the working set (at most
 /// 256 MiB of them): each filled once just after its allocation and kept
 /// (fresh memory, as the records of a step), against one buffer filled
 /// again and again (memory in cache). A first pass, not timed, lets the
 /// allocator map the pages, as the steps before a step have; the median
 /// per buffer over three timed passes. At least 0.
-double cold_write_ms_per_mib(int64_t working_set_bytes, c10::Device device) {
+double cold_write_ms_per_mib(
+    int64_t input_bytes,
+    const std::vector<planner::StageCost>& stages,
+    c10::Device device) {
+  int64_t working_set_bytes = input_bytes;
+  for (const planner::StageCost& stage : stages) {
+    working_set_bytes += stage.saved_bytes;
+  }
   if (!device.is_cpu() || working_set_bytes <= 0) {
     return 0;
   }
@@ -318,17 +326,14 @@ planner::Chain profile_chain(
     }
     input_value_bytes = stages.back().output_bytes;
   }
-  int64_t kept_bytes = input_bytes;
-  for (const planner::StageCost& stage : stages) {
-    kept_bytes += stage.saved_bytes;
-  }
+  const double cold_write =
+      cold_write_ms_per_mib(input_bytes, stages, sample.device());
   return planner::Chain(
              std::move(stages),
              input_bytes,
              /*resident_bytes=*/0,
              model_state)
-      .with_cold_write_ms_per_mib(
-          cold_write_ms_per_mib(kept_bytes, sample.device()));
+      .with_cold_write_ms_per_mib(cold_write);
 }
 
 planner::Graph profile_graph(
@@ -383,11 +388,8 @@ planner::Graph profile_graph(
   for (int64_t i = 0; i < structure.size(); ++i) {
     inputs.push_back(structure.inputs(i));
   }
-  int64_t kept_bytes = static_cast<int64_t>(sample.nbytes());
-  for (const planner::StageCost& stage : costs) {
-    kept_bytes += stage.saved_bytes;
-  }
-  const double cold_write = cold_write_ms_per_mib(kept_bytes, sample.device());
+  const double cold_write = cold_write_ms_per_mib(
+      static_cast<int64_t>(sample.nbytes()), costs, sample.device());
   return planner::Graph(
              std::move(costs),
              std::move(inputs),
