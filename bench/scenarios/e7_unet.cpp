@@ -146,6 +146,11 @@ struct Config {
   std::string call;                   // what runs
   std::optional<planner::Plan> plan;  // empty: plain autograd
   planner::Simulation predicted;      // simulate() of the plan (store-all)
+  /// predicted.step_ms over the store-all plan's on the same profile: the
+  /// cut's own no-checkpoint time, so that the scale of each profile (the
+  /// two cuts are profiled separately, and profiles of one model differ by
+  /// several per cent) cancels.
+  double predicted_ratio = 1;
   ForwardFn forward;
   Measurement remat;
   std::string pytorch_kind;  // e7_pytorch.py's schedule; "" none
@@ -485,6 +490,11 @@ ModelResult run_model(
            : stages;
   const planner::Graph optimal_graph =
       fine ? profile_graph(optimal_stages, images) : graph;
+  const double block_store_all_ms =
+      planner::simulate(graph, planner::solve_store_all(graph)).step_ms;
+  const double optimal_store_all_ms =
+      planner::simulate(optimal_graph, planner::solve_store_all(optimal_graph))
+          .step_ms;
   // The loss value (the graph's output, which the step holds) and the
   // gradient that seeds backward (which autograd holds) stay alive to the end
   // of backward, past where the memory model frees them: as in every remat
@@ -522,6 +532,9 @@ ModelResult run_model(
     config.call = call;
     config.plan = plan;
     config.predicted = planner::simulate(optimal ? optimal_graph : graph, plan);
+    config.predicted_ratio =
+        config.predicted.step_ms /
+        (optimal ? optimal_store_all_ms : block_store_all_ms);
     PlannedGraph planned(cut, plan);
     config.forward = [planned](const torch::Tensor& x) mutable {
       return planned->forward(x);
@@ -535,6 +548,7 @@ ModelResult run_model(
     none.name = "none";
     none.call = "run_graph (plain autograd)";
     none.predicted = planner::simulate(graph, planner::solve_store_all(graph));
+    none.predicted_ratio = 1;
     none.forward = [stages](const torch::Tensor& x) {
       return run_graph(stages, x);
     };
@@ -643,8 +657,14 @@ ModelResult run_model(
     about << " (per round: " << planner::format_bytes(optimal_store_all_bytes)
           << ")";
   }
-  about << ", measured " << planner::format_bytes(peak(0))
-        << "; the optimal plans' minimum feasible budget "
+  about << ", measured " << planner::format_bytes(peak(0));
+  about << "; store-all step predicted "
+        << Cell::ms(block_store_all_ms).markdown() << " ms";
+  if (fine) {
+    about << " (per round: " << Cell::ms(optimal_store_all_ms).markdown()
+          << " ms)";
+  }
+  about << "; the optimal plans' minimum feasible budget "
         << planner::format_bytes(minimum_bytes) << " ("
         << Cell::ratio(
                static_cast<double>(minimum_bytes) / optimal_store_all_bytes)
@@ -701,8 +721,7 @@ ModelResult run_model(
     row.push_back(
         config.plan ? Cell::integer(stage_forwards(*config.plan))
                     : Cell::integer(stage_count));
-    row.push_back(
-        Cell::ratio(config.predicted.step_ms / configs[0].predicted.step_ms));
+    row.push_back(Cell::ratio(config.predicted_ratio));
     for (Cell& cell : step_time_cells(config.remat, none)) {
       row.push_back(std::move(cell));
     }
@@ -784,8 +803,7 @@ ModelResult run_model(
         *line.config == *hand
             ? Cell::text("same plan")
             : paired_ratio_cell(optimal.remat.cpu_ms, other.remat.cpu_ms));
-    row.push_back(
-        Cell::ratio(optimal.predicted.step_ms / other.predicted.step_ms));
+    row.push_back(Cell::ratio(optimal.predicted_ratio / other.predicted_ratio));
     equal.add_row(std::move(row));
     if (*line.config != *hand) {
       result.equal_memory.emplace_back(
@@ -962,7 +980,13 @@ Section run_e7(const E7Options& requested, const Context& context) {
            "plan at the measured peaks of per-block and of encoder-only "
            "(equal memory). Budgets that give one plan share one "
            "configuration; stage forwards count the stages of the row's own "
-           "cut. Peaks are in simulate()'s units: the measured "
+           "cut. Predicted time ratios are simulate()'s step time against "
+           "the store-all plan's on the profile of the row's own cut (each "
+           "cut is profiled once; dividing by its own store-all cancels the "
+           "scale by which the two profiles differ), so the optimal plan at "
+           "100 % is predicted at 1 and its measured ratio shows what "
+           "running the finer cut costs. Peaks are in simulate()'s units: "
+           "the measured "
            "activation peak (tracking allocator, `MemoryMeter`) plus the "
            "input's bytes, less the loss value and backward's seed gradient "
            "(8 bytes, held past the loss stage's backward by the caller and "
