@@ -3,6 +3,7 @@
 // multi-threaded balance, independent peaks of nested meters, unchanged
 // results, and bad input; one measured training step (measure_step) and
 // zero_gradients. CUDA tests live in cuda_test.cpp.
+#include <remat/measure/cpu_memory.h>
 #include <remat/measure/step.h>
 #include <remat/memory_meter.h>
 
@@ -10,6 +11,10 @@
 #include <torch/torch.h>
 
 #include <c10/core/CPUAllocator.h>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <atomic>
 #include <condition_variable>
@@ -398,3 +403,32 @@ TEST(ZeroGradients, AllocatesZerosZeroesInPlaceAndLeavesFrozenParameters) {
 }
 
 }  // namespace
+
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 33)
+// After keep_freed_cpu_memory(), a 64 MiB CPU tensor comes from the heap
+// (glibc's default would map it on its own: 64 MiB is above any threshold
+// its defaults reach), and freeing it keeps the memory in the process.
+TEST(KeepFreedCpuMemory, LargeTensorsComeFromTheHeapAndStayThere) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer replaces malloc: glibc's settings and "
+                  "statistics do not apply";
+#endif
+  ASSERT_TRUE(remat::measure::keep_freed_cpu_memory());
+  const size_t mapped_before = mallinfo2().hblkhd;
+  {
+    auto big = torch::empty({16 << 20}, torch::kFloat32);  // 64 MiB
+    big.fill_(1);
+    EXPECT_EQ(mallinfo2().hblkhd, mapped_before)
+        << "the tensor was mapped apart from the heap";
+  }
+  EXPECT_GE(mallinfo2().fordblks, size_t{64} << 20)
+      << "the freed tensor's memory left the process";
+}
+#endif
+
+TEST(KeepFreedCpuMemory, TunablesNameTheSameSettings) {
+  EXPECT_EQ(
+      remat::measure::keep_freed_cpu_memory_tunables(),
+      "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold="
+      "1073741824:glibc.malloc.top_pad=268435456");
+}

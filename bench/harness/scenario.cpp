@@ -13,12 +13,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "remat/measure/cpu_memory.h"
 #include "remat/measure/timer.h"
 #include "remat/remat.h"
-
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 namespace remat::bench {
 namespace {
@@ -26,20 +23,6 @@ namespace {
 std::vector<Scenario>& registry() {
   static std::vector<Scenario> scenarios;
   return scenarios;
-}
-
-// NOTE: [Freed memory stays in the process]
-// glibc returns large freed blocks to the kernel (munmap, heap trim), and
-// every step then faults the same pages in again: that cost about 15% of a
-// step here and most of the step-to-step noise. A caching allocator (as on
-// CUDA) behaves like these settings. The measured bytes do not change:
-// MemoryMeter counts what tensors request, not what malloc holds.
-void keep_freed_memory() {
-#if defined(__GLIBC__)
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_TOP_PAD, 256 << 20);
-#endif
 }
 
 std::string read_text(const std::string& path) {
@@ -127,7 +110,11 @@ void settle(int seconds) {
 }  // namespace
 
 int run_main(int argc, char** argv) {
-  keep_freed_memory();
+  // Freed memory stays in the process (remat/measure/cpu_memory.h): without
+  // it every step faults the same pages in again, about 15 % of a step here
+  // and most of the step-to-step noise. The measured bytes do not change:
+  // MemoryMeter counts what tensors request, not what malloc holds.
+  measure::keep_freed_cpu_memory();
   CLI::App app{
       "remat_bench: remat's benchmarks as named scenarios (docs/benchmarks.md "
       "describes the protocol). Run one or more scenarios, each with its own "

@@ -12,7 +12,9 @@
 // disables the re-exec.
 //
 // The tracking CPU allocator is installed before anything allocates, so that
-// MemoryMeter counts every byte.
+// MemoryMeter counts every byte; before it, glibc's malloc is told to keep
+// freed memory in the process (remat::measure::keep_freed_cpu_memory), so
+// that a step does not fault in again the pages the step before freed.
 //
 // A worker of `remat train --nproc` (REMAT_LAUNCHER_PID in its environment)
 // handles SIGTERM from its first instruction after the re-exec, to say why it
@@ -27,6 +29,7 @@
 #include <iostream>
 #include <string>
 
+#include <remat/measure/cpu_memory.h>
 #include <remat/memory_meter.h>
 
 #include "app.h"
@@ -108,6 +111,7 @@ int main(int argc, char** argv) {
     // exec failed (no /proc): carry on with the default policy.
   }
   explain_worker_stop();
+  remat::measure::keep_freed_cpu_memory();
   try {
     remat::install_tracking_allocator();
   } catch (const std::exception& error) {
