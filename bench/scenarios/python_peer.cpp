@@ -21,6 +21,8 @@
 #include <fstream>
 #include <thread>
 
+#include "remat/measure/cpu_memory.h"
+
 extern char** environ;
 
 namespace remat::bench {
@@ -84,8 +86,21 @@ PythonPeer::PythonPeer(
     args.push_back(const_cast<char*>(arg.c_str()));
   }
   args.push_back(nullptr);
+  // The child's malloc keeps freed memory as this process's does
+  // (remat/measure/cpu_memory.h), so that the two sides' steps compare like
+  // for like: this environment with GLIBC_TUNABLES set to the same settings.
+  const std::string tunables =
+      "GLIBC_TUNABLES=" + measure::keep_freed_cpu_memory_tunables();
+  std::vector<char*> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    if (std::strncmp(*entry, "GLIBC_TUNABLES=", 15) != 0) {
+      env.push_back(*entry);
+    }
+  }
+  env.push_back(const_cast<char*>(tunables.c_str()));
+  env.push_back(nullptr);
   const int spawn_error = posix_spawn(
-      &pid_, argv.at(0).c_str(), &actions, nullptr, args.data(), environ);
+      &pid_, argv.at(0).c_str(), &actions, nullptr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(to_child[0]);
   ::close(from_child[1]);
