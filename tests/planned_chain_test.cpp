@@ -553,4 +553,63 @@ TEST(PlannedChain, RefusesEmptyChainsStagesWithoutForwardAndBadPlans) {
       "remat::profile_chain: expected at least one stage, got none");
 }
 
+// A stage that modifies its input in place (legal in plain autograd when
+// the producer saved nothing of it) would, run again under a plan, read
+// the changed value: every schedule and the profiler refuse it, naming the
+// stage, instead of returning wrong gradients.
+TEST(PlannedChain, RefusesAStageThatModifiesItsInputInPlace) {
+  torch::manual_seed(2);
+  torch::nn::Linear first(6, 6);
+  torch::nn::Linear last(6, 6);
+  const std::vector<remat::Stage> stages = {
+      {[first](const torch::Tensor& x) mutable { return first(x); },
+       first.ptr()},
+      {[](const torch::Tensor& x) {
+         torch::Tensor doubled = x.mul_(2);
+         return doubled * doubled;
+       },
+       nullptr},
+      {[last](const torch::Tensor& x) mutable { return last(x); }, last.ptr()},
+  };
+  const torch::Tensor input = torch::randn({5, 6});
+  // Plain autograd runs it.
+  torch::Tensor value = input.clone().requires_grad_();
+  for (const remat::Stage& stage : stages) {
+    value = stage.forward(value);
+  }
+  value.sum().backward();
+  for (const char* text :
+       {"R0 R1 R2 B2 B1 B0",
+        "R0 N1 R2 B2 R1 B1 B0",
+        "N0 N1 R2 B2 R0 R1 B1 B0",
+        "C0 R1 R2 B2 B1 R0 B0"}) {
+    SCOPED_TRACE(text);
+    remat::PlannedChain net(stages, remat::planner::plan_from_string(text));
+    try {
+      net->forward(input.clone().requires_grad_()).sum().backward();
+      ADD_FAILURE() << "expected an error";
+    } catch (const c10::Error& error) {
+      const std::string message = error.what_without_backtrace();
+      EXPECT_TRUE(
+          message.find("remat: stage 1 modified its input (the output of "
+                       "stage 0) in place") != std::string::npos ||
+          message.find("remat: raised by the forward of stage 1; a stage "
+                       "must not modify its inputs in place") !=
+              std::string::npos)
+          << message;
+    }
+  }
+  try {
+    remat::profile_chain(stages, input);
+    ADD_FAILURE() << "expected an error";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(
+        std::string(error.what_without_backtrace())
+            .find("remat: stage 1 modified its input (the output of stage 0) "
+                  "in place"),
+        std::string::npos)
+        << error.what_without_backtrace();
+  }
+}
+
 }  // namespace

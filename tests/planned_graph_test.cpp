@@ -293,7 +293,8 @@ namespace {
 // all stages and of each stage alone recomputed: a stage that returns its
 // input as is (the output aliases the input), a stage that reads one value
 // twice and the graph input again, a last stage that reads the input, an
-// input that needs no gradient, and a graph of one stage.
+// input that needs no gradient, a graph of one stage, and stages whose
+// outputs are views or a mask without gradient.
 TEST(PlannedGraph, HostileShapesMatchThePlainRun) {
   torch::manual_seed(7);
   torch::nn::Linear a(6, 6);
@@ -313,10 +314,25 @@ TEST(PlannedGraph, HostileShapesMatchThePlainRun) {
   };
   const std::vector<remat::GraphStage> single = {
       {[a](In in) mutable { return a(in[0]); }, a.ptr(), {-1}}};
+  // Outputs that are views (a slice, a transpose) and a mask that carries
+  // no gradient, read together by the last stage.
+  const std::vector<remat::GraphStage> views = {
+      {[a](In in) mutable { return torch::tanh(a(in[0])); }, a.ptr(), {-1}},
+      {[](In in) { return in[0].narrow(1, 0, 3); }, nullptr, {0}},
+      {[](In in) { return in[0].t(); }, nullptr, {0}},
+      {[](In in) { return (in[0].detach() > 0).to(torch::kFloat); },
+       nullptr,
+       {0}},
+      {[b](In in) mutable {
+         return b(torch::cat({in[0], in[0] * 2}, 1)) * in[1].t() * in[2];
+       },
+       b.ptr(),
+       {1, 2, 3}},
+  };
   torch::nn::ModuleList modules;
   modules->push_back(a);
   modules->push_back(b);
-  for (const auto& graph_stages : {stages, single}) {
+  for (const auto& graph_stages : {stages, single, views}) {
     for (bool input_grad : {true, false}) {
       SCOPED_TRACE(
           "stages " + std::to_string(graph_stages.size()) + ", input grad " +
@@ -366,6 +382,43 @@ TEST(PlannedGraph, HostileShapesMatchThePlainRun) {
       }
     }
   }
+}
+
+// A stage that modifies what it reads in place is refused under every
+// schedule and by the profiler, naming the stage and the value, instead of
+// recomputing from the changed value (PlannedChain's test explains why).
+TEST(PlannedGraph, RefusesAStageThatModifiesItsInputInPlace) {
+  SkipGraph graph;
+  auto stages = graph.stages;
+  // Stage 5 (refine) reads stage 4's output, which stage 6 reads too.
+  stages[5].forward =
+      [refine = graph.stages[5].forward](const std::vector<torch::Tensor>& in) {
+        in[0].relu_();
+        return refine(in);
+      };
+  const remat::planner::Graph profiled = remat::profile_graph(
+      graph.stages, graph.input, remat::ProfileOptions().warmup(0).repeats(1));
+  using remat::planner::StageMode;
+  for (StageMode mode :
+       {StageMode::kRecord, StageMode::kCheckpoint, StageMode::kRecompute}) {
+    remat::PlannedGraph net(
+        stages,
+        remat::planner::schedule_graph(
+            profiled, std::vector<StageMode>(8, mode)));
+    const std::string message =
+        message_of([&] { net->forward(graph.input).sum().backward(); });
+    EXPECT_TRUE(
+        message.find("remat: stage 5 modified its input (the output of stage "
+                     "4) in place") != std::string::npos ||
+        message.find("remat: raised by the forward of stage 5; a stage must "
+                     "not modify its inputs in place") != std::string::npos)
+        << message;
+  }
+  EXPECT_NE(
+      message_of([&] {
+        remat::profile_graph(stages, graph.input);
+      }).find("stage 5"),
+      std::string::npos);
 }
 
 // One backward per forward, and no torch::autograd::grad.

@@ -43,8 +43,11 @@ namespace remat {
 ///
 /// Contract: `forward` takes and returns one defined tensor and reads no
 /// tensor that another stage produced except its argument (what it closes
-/// over must be constant during a step: a mask, positions). Its randomness
-/// comes from LibTorch's default generators, so recomputation can replay it.
+/// over must be constant during a step: a mask, positions). It leaves its
+/// argument unchanged (no in-place operation on it: a plan runs the stage
+/// again on the same tensor); the executors and profilers check this and
+/// throw c10::Error naming the stage. Its randomness comes from LibTorch's
+/// default generators, so recomputation can replay it.
 struct Stage {
   std::function<torch::Tensor(const torch::Tensor&)> forward;
   std::shared_ptr<torch::nn::Module> module;

@@ -64,6 +64,7 @@
 #include "plan_executor.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -295,15 +296,16 @@ class PlanExecution : public BackwardPhase {
   torch::Tensor call_stage(
       int64_t i, const std::vector<torch::Tensor>& inputs, OpKind kind) {
     const StageCall& call = program_->calls[i];
+    const std::vector<int64_t>& values = program_->structure.input_values(i);
     if (kind == OpKind::kForwardRecord) {
-      return record_stage(call, i, inputs, Policy{});
+      return record_stage(call, i, inputs, values, Policy{});
     }
     if (kind == OpKind::kForwardSelective) {
-      return record_stage(call, i, inputs, program_->selective_policy);
+      return record_stage(call, i, inputs, values, program_->selective_policy);
     }
     c10::NoGradGuard no_grad;
     UncachedAutocast uncached;  // a cast cached here has no history
-    return stage_output(call.forward(inputs), i);
+    return forward_of_stage(call, i, inputs, values);
   }
 
   const std::shared_ptr<const PlanProgram> program_;
@@ -423,14 +425,91 @@ StageCall call_of(const Stage& stage) {
       stage.module};
 }
 
+// NOTE: [A stage leaves its inputs unchanged]
+// Plain autograd lets a stage modify what it reads in place (x.mul_(2) on
+// an input whose producer saved nothing of it). Under a plan it must not:
+// the executor holds the values a stage reads and runs the stage again on
+// them (a recorded forward after one that kept nothing, a recomputation),
+// and the profiler runs it several times, so a second run would read the
+// changed value and every gradient after it would be silently wrong.
+// LibTorch refuses in-place changes of a leaf that requires grad (the
+// inputs of a recorded forward) with its own message; a forward under
+// no-grad, or on an input that needs no gradient, would change the value
+// unnoticed. Every forward the executors and the profiler run therefore
+// compares its inputs' version counters (shared by a tensor, its detached
+// aliases and its views) before and after the call, and refuses a change
+// naming the stage and the value. The check reads one counter per input.
+namespace {
+
+std::string value_name(int64_t v) {
+  return v == 0 ? std::string("the model's input")
+                : "the output of stage " + std::to_string(v - 1);
+}
+
+/// `run()` (the forward of stage `index` on `inputs`), checked as
+/// forward_of_stage() says.
+torch::Tensor checked_forward(
+    int64_t index,
+    const std::vector<torch::Tensor>& inputs,
+    const std::vector<int64_t>& values,
+    const std::function<torch::Tensor()>& run) {
+  TORCH_INTERNAL_ASSERT(inputs.size() == values.size());
+  // Inference tensors have no version counter (and nothing to recompute).
+  const auto version = [](const torch::Tensor& tensor) -> int64_t {
+    return tensor.is_inference() ? 0 : tensor._version();
+  };
+  std::vector<int64_t> versions;
+  versions.reserve(inputs.size());
+  for (const torch::Tensor& input : inputs) {
+    versions.push_back(version(input));
+  }
+  torch::Tensor output;
+  try {
+    output = run();
+  } catch (c10::Error& error) {
+    const bool in_place = std::string(error.msg()).find("in-place operation") !=
+                          std::string::npos;
+    error.add_context(c10::str(
+        "remat: raised by the forward of stage ",
+        index,
+        in_place ? "; a stage must not modify its inputs in place" : ""));
+    throw;
+  }
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    TORCH_CHECK(
+        version(inputs[k]) == versions[k],
+        "remat: stage ",
+        index,
+        " modified its input (",
+        value_name(values[k]),
+        ") in place. Under a plan a stage runs again on the values it read "
+        "(recomputation, profiling), so it must leave them unchanged: use "
+        "the out-of-place operation (mul instead of mul_, ReLU without "
+        "inplace), or clone the input first");
+  }
+  return stage_output(std::move(output), index);
+}
+
+}  // namespace
+
+torch::Tensor forward_of_stage(
+    const StageCall& call,
+    int64_t index,
+    const std::vector<torch::Tensor>& inputs,
+    const std::vector<int64_t>& values) {
+  return checked_forward(
+      index, inputs, values, [&] { return call.forward(inputs); });
+}
+
 torch::Tensor record_stage(
     const StageCall& call,
     int64_t index,
     const std::vector<torch::Tensor>& leaves,
+    const std::vector<int64_t>& values,
     const Policy& policy) {
   c10::AutoGradMode grad_mode(true);
   if (!policy) {
-    return stage_output(call.forward(leaves), index);
+    return forward_of_stage(call, index, leaves, values);
   }
   CheckpointOptions options;
   options.policy(policy);
@@ -442,7 +521,9 @@ torch::Tensor record_stage(
   const auto region = [call](const torch::autograd::variable_list& in) {
     return torch::autograd::variable_list{call.forward(in)};
   };
-  return stage_output(checkpoint(region, leaves, options).at(0), index);
+  return checked_forward(index, leaves, values, [&] {
+    return checkpoint(region, leaves, options).at(0);
+  });
 }
 
 // NOTE: [A stage output that is a view]

@@ -47,16 +47,31 @@ struct StageCall {
 /// `stage` as a StageCall of one input.
 StageCall call_of(const Stage& stage);
 
+/// The forward of stage `index` on `inputs`, its distinct input values
+/// (x_v for v in `values`: x_0 the model's input, x_{v} the output of stage
+/// v - 1), under the caller's grad mode, as the executors run it and the
+/// profiler measures it; returns stage_output() of the result. Throws
+/// c10::Error naming the stage and the value if the forward modified one of
+/// its inputs in place (NOTE: [A stage leaves its inputs unchanged]); an
+/// error the forward throws as c10::Error gets the stage's index as context.
+torch::Tensor forward_of_stage(
+    const StageCall& call,
+    int64_t index,
+    const std::vector<torch::Tensor>& inputs,
+    const std::vector<int64_t>& values);
+
 /// A recorded forward of `call` on `leaves` (grad mode on), as the executors
-/// run it and the profiler measures it. With an empty `policy`
-/// (kForwardRecord) autograd records everything the backward needs; else
-/// (kForwardSelective) the stage runs as a non-reentrant checkpoint region
-/// under `policy` that preserves the stage module's buffers, so only what
-/// the policy keeps is recorded and the backward recomputes the rest.
+/// run it and the profiler measures it, checked as forward_of_stage(). With
+/// an empty `policy` (kForwardRecord) autograd records everything the
+/// backward needs; else (kForwardSelective) the stage runs as a
+/// non-reentrant checkpoint region under `policy` that preserves the stage
+/// module's buffers, so only what the policy keeps is recorded and the
+/// backward recomputes the rest.
 torch::Tensor record_stage(
     const StageCall& call,
     int64_t index,
     const std::vector<torch::Tensor>& leaves,
+    const std::vector<int64_t>& values,
     const Policy& policy);
 
 /// What the executor and profile_chain take as the output of stage `index`:

@@ -135,6 +135,7 @@ struct RecordRun {
   const detail::StageCall& call;
   int64_t index;
   const std::vector<torch::Tensor>& inputs;  // its distinct input values
+  const std::vector<int64_t>& values;        // which values they are (x_v)
   const std::vector<bool>& leaf_requires_grad;
   int64_t gradient_bytes;  // the model's gradients of its inputs, summed
   bool timed;
@@ -162,7 +163,7 @@ struct RecordCost {
     }
     meter.reset();
     torch::Tensor output =
-        detail::record_stage(run.call, run.index, leaves, policy);
+        detail::record_stage(run.call, run.index, leaves, run.values, policy);
     const int64_t saved = meter.current_bytes() - meter.baseline_bytes();
     saved_bytes = std::max(saved_bytes, saved);
     forward_tmp_bytes =
@@ -210,6 +211,7 @@ planner::StageCost measure_stage(
     const detail::StageCall& call,
     int64_t index,
     const std::vector<torch::Tensor>& inputs,
+    const std::vector<int64_t>& values,
     const std::vector<bool>& leaf_requires_grad,
     int64_t gradient_bytes,
     const ProfileOptions& options,
@@ -233,7 +235,7 @@ planner::StageCost measure_stage(
       torch::Tensor output;
       {
         c10::NoGradGuard no_grad;
-        output = detail::stage_output(call.forward(inputs), index);
+        output = detail::forward_of_stage(call, index, inputs, values);
       }
       backup_bytes =
           std::max(backup_bytes, detail::own_buffer_bytes(writes.written()));
@@ -246,7 +248,7 @@ planner::StageCost measure_stage(
           cost.forward_tmp_bytes, meter.peak_delta_bytes() - cost.output_bytes);
     }
     const RecordRun run{
-        call, index, inputs, leaf_requires_grad, gradient_bytes, timed};
+        call, index, inputs, values, leaf_requires_grad, gradient_bytes, timed};
     full.measure(run, Policy{}, meter, device);  // 2. and 3.
     if (options.selective_policy()) {
       selective.measure(run, options.selective_policy(), meter, device);
@@ -316,13 +318,15 @@ planner::Chain profile_chain(
         call,
         index,
         {input},
+        {index},
         leaf_requires_grad,
         input_value_bytes,
         options,
         meter));
     {
       c10::NoGradGuard no_grad;
-      input = detail::stage_output(model[i].forward(input), index);  // x_{i+1}
+      input =
+          detail::forward_of_stage(call, index, {input}, {index});  // x_{i+1}
     }
     input_value_bytes = stages.back().output_bytes;
   }
@@ -372,10 +376,18 @@ planner::Graph profile_graph(
       gradient_bytes += static_cast<int64_t>(values[v].nbytes());
     }
     costs.push_back(measure_stage(
-        call, i, inputs, leaf_requires_grad, gradient_bytes, options, meter));
+        call,
+        i,
+        inputs,
+        structure.input_values(i),
+        leaf_requires_grad,
+        gradient_bytes,
+        options,
+        meter));
     {
       c10::NoGradGuard no_grad;
-      values[i + 1] = detail::stage_output(call.forward(inputs), i);
+      values[i + 1] =
+          detail::forward_of_stage(call, i, inputs, structure.input_values(i));
     }
     inputs.clear();
     for (int64_t v : structure.input_values(i)) {
