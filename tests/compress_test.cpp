@@ -135,6 +135,39 @@ TEST(CompressActivations, CompressesOnlyWideFloatActivations) {
       CompressActivations(CompressOptions().min_bytes(-1)), c10::Error);
 }
 
+// A saved tensor modified in place after the forward: the compressed copy
+// holds the value before the change; plain autograd refuses such a backward,
+// and so does the guard, compressed or kept as is (min_bytes).
+TEST(CompressActivations, ASavedTensorModifiedInPlaceIsRefused) {
+  torch::manual_seed(4);
+  torch::nn::Linear layer(64, 64);
+  const torch::Tensor input = torch::randn({128, 64});
+  for (const int64_t min_bytes : {int64_t{0}, int64_t{1} << 40}) {
+    SCOPED_TRACE("min_bytes " + std::to_string(min_bytes));
+    const torch::Tensor hidden = layer(input);
+    torch::Tensor loss;
+    {
+      CompressActivations compress(CompressOptions()
+                                       .type(CompressedType::kBFloat16)
+                                       .min_bytes(min_bytes));
+      loss = torch::tanh(hidden).sum() + (hidden * hidden).sum();
+    }
+    hidden.detach().add_(1);
+    try {
+      loss.backward();
+      ADD_FAILURE() << "expected an error";
+    } catch (const c10::Error& error) {
+      EXPECT_NE(
+          std::string(error.what_without_backtrace())
+              .find("remat::CompressActivations: one of the variables needed "
+                    "for gradient computation has been modified by an "
+                    "inplace operation since it was saved"),
+          std::string::npos)
+          << error.what_without_backtrace();
+    }
+  }
+}
+
 TEST(CompressActivations, MinBytesKeepsSmallTensorsExact) {
   Mlp mlp;
   const auto [plain_bytes, plain_grads] = step(mlp, std::nullopt);

@@ -129,7 +129,7 @@ struct Recorded {
     auto owned = std::make_unique<RecordingStore>(&log);
     store = owned.get();
     offloader = std::make_shared<remat::detail::Offloader>(
-        std::move(owned), prefetch, min_bytes);
+        "recorded", std::move(owned), prefetch, min_bytes);
   }
 };
 
@@ -393,6 +393,61 @@ TEST(SaveToFile, BadOptionsAreRefusedAndLeaveNoHooks) {
 // ---------------------------------------------------------------------------
 // SaveOnCpu on a CPU-only run: nothing to move; the copies are checked by
 // cuda_test where a GPU is present.
+
+// A saved tensor modified in place after the forward: plain autograd
+// refuses the backward; so does every offload guard, whether the tensor
+// moved (its stored copy would hold the value before or after the change,
+// as the writer's timing fell) or stayed.
+TEST(Offload, ASavedTensorModifiedInPlaceIsRefusedAsPlainAutogradRefusesIt) {
+  torch::manual_seed(4);
+  torch::nn::Linear layer(256, 256);
+  const torch::Tensor input = torch::randn({512, 256});
+  const auto backward_after_change =
+      [&](const std::function<std::any()>& guard) {
+        const torch::Tensor hidden = layer(input);  // 512 KiB
+        torch::Tensor loss;
+        {
+          const std::any alive = guard();
+          loss = (hidden * hidden).sum();  // saves `hidden` twice
+        }
+        hidden.detach().mul_(3);  // detached: shares the version counter
+        try {
+          loss.backward();
+        } catch (const c10::Error& error) {
+          return std::string(error.what_without_backtrace());
+        }
+        return std::string("no error");
+      };
+  EXPECT_NE(
+      backward_after_change([] {
+        return std::any();
+      }).find("modified by an inplace operation"),
+      std::string::npos);
+  const std::string spilled = backward_after_change(
+      [] { return std::any(std::make_shared<remat::SaveToFile>()); });
+  EXPECT_NE(
+      spilled.find("remat::SaveToFile: one of the variables needed for "
+                   "gradient computation has been modified by an inplace "
+                   "operation since it was saved (version 0 when saved, 1 "
+                   "now)"),
+      std::string::npos)
+      << spilled;
+  // On the CPU, SaveOnCpu leaves every tensor where it is.
+  const std::string kept = backward_after_change(
+      [] { return std::any(std::make_shared<remat::SaveOnCpu>()); });
+  EXPECT_NE(
+      kept.find("remat::SaveOnCpu: one of the variables needed"),
+      std::string::npos)
+      << kept;
+  // Unchanged, the same step runs.
+  const torch::Tensor hidden = layer(input);
+  torch::Tensor loss;
+  {
+    remat::SaveToFile spill;
+    loss = (hidden * hidden).sum();
+  }
+  EXPECT_NO_THROW(loss.backward());
+}
 
 TEST(SaveOnCpu, CpuTensorsStayAndGradientsAreThePlainOnes) {
   auto model = mlp(32, 2, 0.25);

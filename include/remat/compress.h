@@ -54,7 +54,8 @@ struct CompressOptions {
 // clang-format on
 ///
 /// Throws c10::Error if min_bytes < 0, or (from install_engine) if another
-/// autograd engine is installed.
+/// autograd engine is installed; from backward, as plain autograd, if a saved
+/// tensor was modified in place since it was saved.
 class CompressActivations {
  public:
   explicit CompressActivations(CompressOptions options = {});

@@ -74,7 +74,9 @@ struct SaveOnCpuOptions {
 // clang-format on
 ///
 /// Throws c10::Error if prefetch < 0 or min_bytes < 0, or (from
-/// install_engine) if another autograd engine is installed.
+/// install_engine) if another autograd engine is installed; from backward,
+/// as plain autograd, if a saved tensor was modified in place since it was
+/// saved.
 class SaveOnCpu {
  public:
   explicit SaveOnCpu(SaveOnCpuOptions options = {});
@@ -125,7 +127,8 @@ struct SaveToFileOptions {
 /// Throws c10::Error if an option is negative (max_pending_bytes must be
 /// positive), if the file cannot be created in `directory` (naming it and
 /// the reason), or (from install_engine) if another autograd engine is
-/// installed.
+/// installed; from backward, as plain autograd, if a saved tensor was
+/// modified in place since it was saved.
 class SaveToFile {
  public:
   explicit SaveToFile(SaveToFileOptions options = {});

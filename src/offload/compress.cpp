@@ -18,6 +18,7 @@ namespace {
 /// A saved tensor as stored: compressed (with what restores it) or as is.
 struct Packed {
   at::Tensor stored;
+  detail::SavedVersion version;  // NOTE: [A saved tensor modified in place]
   c10::ScalarType original = at::kFloat;
   bool compressed = false;
   double scale = 1;  // kInt8: original = stored * scale
@@ -116,18 +117,20 @@ Packed pack_int8(const at::Tensor& tensor, const Magnitude& magnitude) {
     packed.special_values =
         tensor.reshape(-1).index_select(0, packed.special_at);
   }
-  const double smallest_normal = tensor.scalar_type() == at::kDouble
-      ? std::numeric_limits<double>::min()
-      : static_cast<double>(std::numeric_limits<float>::min());
+  const double smallest_normal =
+      tensor.scalar_type() == at::kDouble
+          ? std::numeric_limits<double>::min()
+          : static_cast<double>(std::numeric_limits<float>::min());
   if (magnitude.max_finite_abs > 0) {
     packed.scale = magnitude.max_finite_abs / 127.0;
     if (packed.scale < smallest_normal) {
       return as_is(tensor);
     }
   }
-  const double largest_of_type = tensor.scalar_type() == at::kDouble
-      ? std::numeric_limits<double>::max()
-      : static_cast<double>(std::numeric_limits<float>::max());
+  const double largest_of_type =
+      tensor.scalar_type() == at::kDouble
+          ? std::numeric_limits<double>::max()
+          : static_cast<double>(std::numeric_limits<float>::max());
   if (magnitude.max_finite_abs > largest_of_type / 2) {
     packed.clamp_abs = magnitude.max_finite_abs;
   }
@@ -162,6 +165,7 @@ Packed pack(const at::Tensor& tensor, const CompressOptions& options) {
 }
 
 at::Tensor unpack(const Packed& packed) {
+  packed.version.check("remat::CompressActivations");
   if (!packed.compressed) {
     return packed.stored;
   }
@@ -190,7 +194,9 @@ CompressActivations::CompressActivations(CompressOptions options) {
   hooks_ = std::make_unique<SavedTensorHooks>(
       [cache, options](const at::Tensor& tensor) -> std::any {
         auto make = [&options](const at::Tensor& t) {
-          return std::make_shared<const Packed>(pack(t, options));
+          Packed packed = pack(t, options);
+          packed.version = detail::SavedVersion(t);
+          return std::make_shared<const Packed>(std::move(packed));
         };
         return compressible(tensor, options) ? cache->find_or_make(tensor, make)
                                              : make(tensor);

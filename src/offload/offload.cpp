@@ -19,6 +19,7 @@ namespace detail {
 struct Offloader::Moved {
   std::shared_ptr<Offloader> owner;
   std::shared_ptr<OffloadSlot> slot;
+  SavedVersion version;  // NOTE: [A saved tensor modified in place]
   int64_t number = 0;
   // Guarded by owner->mutex_:
   bool fetch_started = false;
@@ -33,8 +34,14 @@ struct Offloader::Moved {
 };
 
 Offloader::Offloader(
-    std::unique_ptr<OffloadStore> store, int64_t prefetch, int64_t min_bytes)
-    : store_(std::move(store)), prefetch_(prefetch), min_bytes_(min_bytes) {}
+    const char* who,
+    std::unique_ptr<OffloadStore> store,
+    int64_t prefetch,
+    int64_t min_bytes)
+    : name_(who),
+      store_(std::move(store)),
+      prefetch_(prefetch),
+      min_bytes_(min_bytes) {}
 
 std::any Offloader::pack(const at::Tensor& tensor) {
   const bool moves = tensor.defined() && !is_parameter_like(tensor) &&
@@ -43,7 +50,7 @@ std::any Offloader::pack(const at::Tensor& tensor) {
   if (!moves) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.tensors_left;
-    return tensor;
+    return Kept{tensor, SavedVersion(tensor), name_};
   }
   return cache_.find_or_make(
       tensor, [this](const at::Tensor& t) { return move_out(t); });
@@ -52,6 +59,7 @@ std::any Offloader::pack(const at::Tensor& tensor) {
 std::shared_ptr<Offloader::Moved> Offloader::move_out(
     const at::Tensor& tensor) {
   auto moved = std::make_shared<Moved>();
+  moved->version = SavedVersion(tensor);
   moved->slot = store_->put(tensor);  // may wait for the store: no lock held
   moved->owner = shared_from_this();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -63,10 +71,12 @@ std::shared_ptr<Offloader::Moved> Offloader::move_out(
 }
 
 at::Tensor Offloader::unpack(const std::any& packed) {
-  if (const auto* kept = std::any_cast<at::Tensor>(&packed)) {
-    return *kept;
+  if (const auto* kept = std::any_cast<Kept>(&packed)) {
+    kept->version.check(kept->who);
+    return kept->tensor;
   }
   const auto& moved = std::any_cast<const std::shared_ptr<Moved>&>(packed);
+  moved->version.check(moved->owner->name_);
   return moved->owner->bring_back(*moved);
 }
 
@@ -288,6 +298,7 @@ SaveOnCpu::SaveOnCpu(SaveOnCpuOptions options) {
   detail::check_not_negative("SaveOnCpu", "prefetch", options.prefetch());
   detail::check_not_negative("SaveOnCpu", "min_bytes", options.min_bytes());
   offloader_ = std::make_shared<detail::Offloader>(
+      "remat::SaveOnCpu",
       std::make_unique<detail::HostStore>(options.pin_memory()),
       options.prefetch(),
       options.min_bytes());

@@ -16,8 +16,51 @@
 #include <utility>
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
 namespace remat::detail {
+
+// NOTE: [A saved tensor modified in place]
+// Autograd refuses a backward that needs a tensor modified in place since it
+// was saved (its version counter moved on). A hook that keeps a copy of the
+// tensor instead of the tensor loses that check: its copy holds the value at
+// the time of the copy, which for SaveToFile's background writer may be
+// before or after the change, so the gradients would depend on timing. Such
+// hooks keep the tensor's version counter (a small shared object, not the
+// storage) and its value at save time, and refuse at unpack, as autograd
+// does, if it moved on.
+
+/// A saved tensor's version counter and its value when it was saved.
+class SavedVersion {
+ public:
+  SavedVersion() = default;
+  explicit SavedVersion(const at::Tensor& tensor)
+      : counter_(tensor.unsafeGetTensorImpl()->version_counter()),
+        saved_(counter_.enabled() ? counter_.current_version() : 0) {}
+
+  /// Throws c10::Error, naming `who` and the versions, if the tensor was
+  /// modified in place since it was saved.
+  void check(const char* who) const {
+    if (!counter_.enabled()) {
+      return;  // an inference tensor: nothing can modify it under autograd
+    }
+    const auto now = counter_.current_version();
+    TORCH_CHECK(
+        now == saved_,
+        who,
+        ": one of the variables needed for gradient computation has been "
+        "modified by an inplace operation since it was saved (version ",
+        saved_,
+        " when saved, ",
+        now,
+        " now); plain autograd refuses this backward too: make the operation "
+        "that modified it out of place, or clone the tensor before it");
+  }
+
+ private:
+  c10::VariableVersion counter_{c10::VariableVersion::DISABLED};
+  decltype(counter_.current_version()) saved_ = 0;
+};
 
 /// Remembers the stored form of each tensor a guard packed. Used on the
 /// packing thread only (guards are thread-local), so it has no lock.

@@ -369,6 +369,7 @@ SaveToFile::SaveToFile(SaveToFileOptions options) {
       "remat::SaveToFile: expected max_pending_bytes > 0, got ",
       options.max_pending_bytes());
   offloader_ = std::make_shared<detail::Offloader>(
+      "remat::SaveToFile",
       std::make_unique<detail::FileStore>(options),
       options.prefetch(),
       options.min_bytes());

@@ -62,8 +62,12 @@ class OffloadStore {
 /// autograd holds what it moved.
 class Offloader : public std::enable_shared_from_this<Offloader> {
  public:
+  /// `who` names the guard in errors ("remat::SaveToFile").
   Offloader(
-      std::unique_ptr<OffloadStore> store, int64_t prefetch, int64_t min_bytes);
+      const char* who,
+      std::unique_ptr<OffloadStore> store,
+      int64_t prefetch,
+      int64_t min_bytes);
 
   /// The pack hook: the tensor itself, or the entry of its moved copy.
   std::any pack(const at::Tensor& tensor);
@@ -76,6 +80,12 @@ class Offloader : public std::enable_shared_from_this<Offloader> {
 
  private:
   struct Moved;
+  /// A saved tensor left where it is.
+  struct Kept {
+    at::Tensor tensor;
+    SavedVersion version;  // NOTE: [A saved tensor modified in place]
+    const char* who;
+  };
 
   std::shared_ptr<Moved> move_out(const at::Tensor& tensor);
   at::Tensor bring_back(Moved& moved);
@@ -87,6 +97,7 @@ class Offloader : public std::enable_shared_from_this<Offloader> {
       int64_t below, std::vector<std::shared_ptr<Moved>>& started);
   void forget(Moved& moved);
 
+  const char* const name_;
   const std::unique_ptr<OffloadStore> store_;
   const int64_t prefetch_;
   const int64_t min_bytes_;
