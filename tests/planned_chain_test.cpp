@@ -526,6 +526,44 @@ TEST(PlannedChain, KeepsTheChainItsPlanWasSolvedOn) {
   EXPECT_EQ(sequential->chain()->size(), 4);
 }
 
+// The model's input changed in place between forward and backward: a plan
+// that recomputes from it refuses the backward, as plain autograd refuses it
+// where the first layer saved its input, instead of recomputing from the
+// changed value.
+TEST(PlannedChain, RefusesAnInputModifiedInPlaceBeforeBackward) {
+  torch::manual_seed(2);
+  torch::nn::Linear first(6, 6);
+  torch::nn::Linear last(6, 6);
+  const std::vector<remat::Stage> stages = {
+      {[first](const torch::Tensor& x) mutable {
+         return torch::tanh(first(x));
+       },
+       first.ptr()},
+      {[last](const torch::Tensor& x) mutable { return last(x); }, last.ptr()},
+  };
+  for (const char* text : {"R0 R1 B1 B0", "N0 R1 B1 R0 B0", "C0 R1 B1 R0 B0"}) {
+    SCOPED_TRACE(text);
+    remat::PlannedChain net(stages, remat::planner::plan_from_string(text));
+    torch::Tensor input = torch::randn({5, 6});
+    torch::Tensor loss = net->forward(input).sum();
+    input.mul_(2);
+    try {
+      loss.backward();
+      ADD_FAILURE() << "expected an error";
+    } catch (const c10::Error& error) {
+      const std::string message = error.what_without_backtrace();
+      EXPECT_TRUE(
+          message.find("remat::PlannedChain: the model's input was modified "
+                       "in place since the forward (version 0 then, 1 now)") !=
+              std::string::npos ||
+          // Recorded from the start: LibTorch's own check of what it saved.
+          (text[0] == 'R' && message.find("modified by an inplace operation") !=
+                                 std::string::npos))
+          << message;
+    }
+  }
+}
+
 TEST(PlannedChain, RefusesEmptyChainsStagesWithoutForwardAndBadPlans) {
   auto expect_error = [](const std::function<void()>& make,
                          const std::string& message) {

@@ -117,17 +117,21 @@ class PlanExecution : public BackwardPhase {
   PlanExecution(
       std::shared_ptr<const PlanProgram> program,
       const torch::Tensor& input,
+      const char* who,
       std::shared_ptr<StageTimes> times)
       : program_(std::move(program)),
+        who_(who),
         input_requires_grad_(input.requires_grad()),
         device_(input.device()),
         times_(std::move(times)) {
     const int64_t n = program_->structure.size();
     values_.resize(n + 1);
+    versions_.resize(n + 1);
     grads_.resize(n + 1);
     records_.resize(n);
     first_forward_.resize(n);
     values_[0] = input.detach();
+    versions_[0] = version_of(values_[0]);
   }
   PlanExecution(const PlanExecution&) = delete;
   PlanExecution& operator=(const PlanExecution&) = delete;
@@ -186,11 +190,13 @@ class PlanExecution : public BackwardPhase {
       std::vector<torch::Tensor> inputs;
       for (int64_t v : values) {
         TORCH_INTERNAL_ASSERT(values_[v].defined(), "x_", v, " is not held");
+        check_unchanged(v);
         inputs.push_back(values_[v]);
       }
       if (op.kind == OpKind::kForwardNoSave ||
           op.kind == OpKind::kForwardCheckpoint) {
         values_[i + 1] = forward_stage(i, inputs, op.kind);
+        versions_[i + 1] = version_of(values_[i + 1]);
       } else {
         StageRecord record;
         // Linked only when ops are not timed: a linked backward runs two
@@ -218,6 +224,7 @@ class PlanExecution : public BackwardPhase {
           }
         }
         values_[i + 1] = record.output.detach();
+        versions_[i + 1] = version_of(values_[i + 1]);
         records_[i] = std::move(record);
       }
     }
@@ -254,6 +261,31 @@ class PlanExecution : public BackwardPhase {
         total = std::move(grad);
       }
     }
+  }
+
+  /// Throws c10::Error, naming the value, if held x_v was modified in place
+  /// since it was computed: a forward that reads it again (a recomputation
+  /// during backward) would compute from the changed value. Plain autograd
+  /// refuses the same backward where it saved the value.
+  void check_unchanged(int64_t v) const {
+    const int64_t now = version_of(values_[v]);
+    TORCH_CHECK(
+        now == versions_[v],
+        who_,
+        ": ",
+        v == 0 ? std::string("the model's input")
+               : "the output of stage " + std::to_string(v - 1),
+        " was modified in place since the forward (version ",
+        versions_[v],
+        " then, ",
+        now,
+        " now); the plan reads it again to recompute during backward, so it "
+        "must stay unchanged until backward ends (plain autograd refuses "
+        "such a backward where it saved the value)");
+  }
+
+  static int64_t version_of(const torch::Tensor& tensor) {
+    return tensor.is_inference() ? 0 : tensor._version();
   }
 
   /// The record output of x_v's producer, with its graph, for its reader's
@@ -309,11 +341,13 @@ class PlanExecution : public BackwardPhase {
   }
 
   const std::shared_ptr<const PlanProgram> program_;
+  const char* const who_;
   const bool input_requires_grad_;
   const c10::Device device_;
   const std::shared_ptr<StageTimes> times_;  // null: not timed
   size_t next_op_ = 0;
   std::vector<torch::Tensor> values_;  // x_v while held, else undefined
+  std::vector<int64_t> versions_;      // x_v's version when computed
   std::vector<torch::Tensor> grads_;   // g_v while held
   std::vector<StageRecord> records_;   // R_i while recorded
   std::vector<std::optional<RecomputeContext>> first_forward_;  // RNG, autocast
@@ -622,7 +656,7 @@ torch::Tensor run_program(
     const char* who,
     std::shared_ptr<StageTimes> times) {
   auto execution = std::make_shared<PlanExecution>(
-      std::move(program), input, std::move(times));
+      std::move(program), input, who, std::move(times));
   torch::Tensor inner_output = execution->run_forward_phase();
   TORCH_CHECK(
       inner_output.is_floating_point() || inner_output.is_complex(),
