@@ -47,7 +47,8 @@ RatioInterval paired_ratio(
     if (!(baseline[round] > 0) || !(compared[round] >= 0)) {
       throw std::invalid_argument(
           "remat::measure::paired_ratio: expected positive baseline times, "
-          "got " + std::to_string(baseline[round]) + " in round " +
+          "got " +
+          std::to_string(baseline[round]) + " in round " +
           std::to_string(round));
     }
     ratios.push_back(compared[round] / baseline[round]);
@@ -94,7 +95,8 @@ RatioInterval paired_ratio(
 double geometric_mean(const std::vector<double>& values) {
   if (values.empty()) {
     throw std::invalid_argument(
-        "remat::measure::geometric_mean: expected at least one value, got none");
+        "remat::measure::geometric_mean: expected at least one value, got "
+        "none");
   }
   double log_sum = 0;
   for (const double value : values) {

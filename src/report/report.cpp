@@ -357,8 +357,13 @@ void write_page(
 }
 
 std::vector<std::string> step_time_columns() {
-  return {"forward ms", "backward ms", "step ms", "spread ms",
-          "time ratio [95% CI]", "CPU ratio [95% CI]"};
+  return {
+      "forward ms",
+      "backward ms",
+      "step ms",
+      "spread ms",
+      "time ratio [95% CI]",
+      "CPU ratio [95% CI]"};
 }
 
 std::vector<Cell> step_time_cells(

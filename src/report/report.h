@@ -37,7 +37,8 @@ class Cell {
     kInteger,  ///< a count
     kNumber,   ///< a real number shown with `digits` decimals
     kBytes,    ///< a byte count: format_bytes in Markdown, an integer elsewhere
-    kRatioInterval,  ///< a median ratio with its interval: "1.140 [1.021, 1.262]"
+    kRatioInterval,  ///< a median ratio with its interval: "1.140
+                     ///< [1.021, 1.262]"
   };
   Cell() = default;
   static Cell empty();
@@ -90,8 +91,8 @@ struct Table {
 struct Section {
   std::string scenario;  // "E1": the scenario's name, the anchor of its section
   std::string title;     // "E1 — homogeneous chain, optimality"
-  measure::Machine machine;     // where and when it ran
-  std::string command;   // the exact command line that produced it
+  measure::Machine machine;  // where and when it ran
+  std::string command;       // the exact command line that produced it
   /// Paragraphs (Markdown text) and tables, in reading order.
   std::vector<std::variant<std::string, Table>> body;
 

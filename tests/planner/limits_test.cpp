@@ -20,7 +20,8 @@ Chain uniform_chain(int64_t stages) {
   stage.backward_ms = 2;
   stage.output_bytes = 4096;
   stage.saved_bytes = 16384;
-  return Chain(std::vector<StageCost>(static_cast<size_t>(stages), stage), 4096);
+  return Chain(
+      std::vector<StageCost>(static_cast<size_t>(stages), stage), 4096);
 }
 
 /// Runs `call` and expects std::invalid_argument whose message has every
@@ -58,7 +59,9 @@ TEST(Limits, SolveOptimalRefusesATableLargerThanTheLimit) {
   options.memory_slots = kMaxOptimalTableCells;  // far too many slots
   expect_refused(
       [&] { solve_optimal(chain, half, options); },
-      {"200 stages", std::to_string(kMaxOptimalTableCells), "fewer memory slots"});
+      {"200 stages",
+       std::to_string(kMaxOptimalTableCells),
+       "fewer memory slots"});
 }
 
 TEST(Limits, SegmentSolversPlanVeryLongChains) {

@@ -40,7 +40,8 @@ class UsageError : public std::runtime_error {
 /// in a remat built without it (REMAT_BUILD_DISTRIBUTED=OFF), naming it.
 [[noreturn]] inline void throw_without_distributed(const std::string& flag) {
   throw UsageError(
-      flag + ": this remat was built without distributed training "
+      flag +
+      ": this remat was built without distributed training "
       "(REMAT_BUILD_DISTRIBUTED=OFF, or Gloo's headers were missing: install "
       "libgloo-dev and configure again)");
 }

@@ -1,5 +1,5 @@
-// remat/measure/machine.h — where and when a benchmark ran: the machine line of every
-// section.
+// remat/measure/machine.h — where and when a benchmark ran: the machine line of
+// every section.
 //
 // CONTRACT (stable): describe_machine() reads /proc (CPU model, 1-minute load
 // average), std::thread (hardware threads), torch (intra-op threads, the
