@@ -92,6 +92,18 @@ namespace {
 
 using planner::OpKind;
 
+/// How errors name value x_v.
+std::string value_name(int64_t v) {
+  return v == 0 ? std::string("the model's input")
+                : "the output of stage " + std::to_string(v - 1);
+}
+
+/// `tensor`'s version counter (NOTE: [A stage leaves its inputs unchanged]);
+/// 0 for an inference tensor, which has none (and nothing to recompute).
+int64_t version_of(const torch::Tensor& tensor) {
+  return tensor.is_inference() ? 0 : tensor._version();
+}
+
 /// What a recorded forward of one stage leaves alive for its backward.
 struct StageRecord {
   std::vector<torch::Tensor> leaves;  // one per distinct input value
@@ -273,8 +285,7 @@ class PlanExecution : public BackwardPhase {
         now == versions_[v],
         who_,
         ": ",
-        v == 0 ? std::string("the model's input")
-               : "the output of stage " + std::to_string(v - 1),
+        value_name(v),
         " was modified in place since the forward (version ",
         versions_[v],
         " then, ",
@@ -282,10 +293,6 @@ class PlanExecution : public BackwardPhase {
         " now); the plan reads it again to recompute during backward, so it "
         "must stay unchanged until backward ends (plain autograd refuses "
         "such a backward where it saved the value)");
-  }
-
-  static int64_t version_of(const torch::Tensor& tensor) {
-    return tensor.is_inference() ? 0 : tensor._version();
   }
 
   /// The record output of x_v's producer, with its graph, for its reader's
@@ -475,11 +482,6 @@ StageCall call_of(const Stage& stage) {
 // naming the stage and the value. The check reads one counter per input.
 namespace {
 
-std::string value_name(int64_t v) {
-  return v == 0 ? std::string("the model's input")
-                : "the output of stage " + std::to_string(v - 1);
-}
-
 /// `run()` (the forward of stage `index` on `inputs`), checked as
 /// forward_of_stage() says.
 torch::Tensor checked_forward(
@@ -488,14 +490,10 @@ torch::Tensor checked_forward(
     const std::vector<int64_t>& values,
     const std::function<torch::Tensor()>& run) {
   TORCH_INTERNAL_ASSERT(inputs.size() == values.size());
-  // Inference tensors have no version counter (and nothing to recompute).
-  const auto version = [](const torch::Tensor& tensor) -> int64_t {
-    return tensor.is_inference() ? 0 : tensor._version();
-  };
   std::vector<int64_t> versions;
   versions.reserve(inputs.size());
   for (const torch::Tensor& input : inputs) {
-    versions.push_back(version(input));
+    versions.push_back(version_of(input));
   }
   torch::Tensor output;
   try {
@@ -511,7 +509,7 @@ torch::Tensor checked_forward(
   }
   for (size_t k = 0; k < inputs.size(); ++k) {
     TORCH_CHECK(
-        version(inputs[k]) == versions[k],
+        version_of(inputs[k]) == versions[k],
         "remat: stage ",
         index,
         " modified its input (",
