@@ -475,6 +475,86 @@ TEST(PlannedChain, LinkedStagesMatchThePlainRunAndTheUnlinkedOne) {
       expected, grads_of(*chain.modules), "parameter grad");
 }
 
+// A stage may return a tensor it did not compute: a parameter of its module,
+// its input unchanged, or a tensor it closes over. Such a tensor outlives the
+// step, so nothing of the step may stay attached to it: once, a hook that a
+// linked record put on a returned parameter ran in the next step's backward,
+// after its execution had ended (a use after free; an error or a crash). Two
+// steps per plan, against the plain run's gradients.
+TEST(PlannedChain, AStageReturningATensorItDidNotComputeMatchesThePlainRun) {
+  torch::manual_seed(3);
+  torch::nn::Linear first(6, 6);
+  torch::nn::Linear table(6, 6);
+  torch::nn::Linear last(6, 6);
+  auto closed_over = std::make_shared<torch::Tensor>();
+  const auto linear = [](torch::nn::Linear layer) {
+    return remat::Stage{
+        [layer](const torch::Tensor& x) mutable { return layer(x).tanh(); },
+        layer.ptr()};
+  };
+  const std::vector<std::pair<std::string, remat::Stage>> middles = {
+      {"a parameter",
+       {[table](const torch::Tensor&) { return table->weight; }, table.ptr()}},
+      {"its input", {[](const torch::Tensor& x) { return x; }, nullptr}},
+      {"a tensor it closes over",
+       {[closed_over](const torch::Tensor&) { return *closed_over; }, nullptr}},
+  };
+  const std::vector<torch::nn::Linear> layers = {first, table, last};
+  const auto zero_grads = [&] {
+    for (const auto& layer : layers) {
+      for (auto& p : layer->parameters()) {
+        p.mutable_grad() = torch::Tensor();
+      }
+    }
+  };
+  const auto grads = [&] {
+    std::vector<torch::Tensor> all;
+    for (const auto& layer : layers) {
+      for (const auto& p : layer->parameters()) {
+        all.push_back(
+            p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+      }
+    }
+    return all;
+  };
+  const torch::Tensor input = torch::randn({5, 6});
+  for (const auto& [what, middle] : middles) {
+    SCOPED_TRACE(what);
+    const std::vector<remat::Stage> stages = {
+        linear(first), middle, linear(last)};
+    // Two steps: the second sees what the first left behind.
+    const auto steps =
+        [&](const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+          zero_grads();
+          for (int step = 0; step < 2; ++step) {
+            *closed_over = table->weight * table->bias.unsqueeze(0);
+            forward(input.clone().requires_grad_()).pow(2).sum().backward();
+          }
+          return grads();
+        };
+    const std::vector<torch::Tensor> expected =
+        steps([&](const torch::Tensor& x) {
+          torch::Tensor value = x;
+          for (const remat::Stage& stage : stages) {
+            value = stage.forward(value);
+          }
+          return value;
+        });
+    for (const char* text :
+         {"R0 R1 R2 B2 B1 B0",
+          "C0 N1 R2 B2 R0 R1 B1 B0",
+          "N0 R1 R2 B2 B1 R0 B0",
+          "C0 C1 R2 B2 R1 B1 R0 B0"}) {
+      SCOPED_TRACE(text);
+      remat::PlannedChain net(stages, remat::planner::plan_from_string(text));
+      expect_all_bitwise_equal(
+          expected,
+          steps([&](const torch::Tensor& x) { return net->forward(x); }),
+          "parameter grad");
+    }
+  }
+}
+
 // The chain a plan was solved on travels with it: a report needs no second
 // profile, a re-plan for a new shape brings that shape's chain, and a chain
 // of another length is refused.

@@ -124,7 +124,8 @@ class BackwardPhase {
 };
 
 /// One execution of a program: one per forward() call.
-class PlanExecution : public BackwardPhase {
+class PlanExecution : public BackwardPhase,
+                      public std::enable_shared_from_this<PlanExecution> {
  public:
   PlanExecution(
       std::shared_ptr<const PlanProgram> program,
@@ -213,7 +214,7 @@ class PlanExecution : public BackwardPhase {
         StageRecord record;
         // Linked only when ops are not timed: a linked backward runs two
         // stages in one engine call, which per-stage times cannot split.
-        if (!times_) {
+        if (!times_ && linkable(program_->linked_value[k])) {
           record.linked_value = program_->linked_value[k];
         }
         for (size_t j = 0; j < inputs.size(); ++j) {
@@ -295,17 +296,33 @@ class PlanExecution : public BackwardPhase {
         "such a backward where it saved the value)");
   }
 
+  /// Whether x_v (v >= 0; -1: none) may be linked: its producer's record
+  /// output was computed by that record. A stage may also return a tensor
+  /// it did not compute (a parameter, a tensor it closes over, its input
+  /// leaf): such a tensor outlives this execution, and so would a hook on
+  /// it, so its reader takes a leaf as usual.
+  bool linkable(int64_t v) const {
+    return v > 0 && records_[v - 1].output.defined() &&
+           records_[v - 1].output.grad_fn() != nullptr;
+  }
+
   /// The record output of x_v's producer, with its graph, for its reader's
   /// record (NOTE: [Linked stages]). x_v stays held until its gradient is
   /// complete, which is where an unlinked backward lets go of it.
+  /// REQUIRES: linkable(v).
   torch::Tensor take_linked(int64_t v) {
     torch::Tensor output = std::move(records_[v - 1].output);
     TORCH_INTERNAL_ASSERT(output.defined());
     if (output.requires_grad()) {
-      // The hook runs inside this execution's backward phase, which owns it.
-      output.register_hook([this, v](const torch::Tensor& /*grad*/) {
-        values_[v] = torch::Tensor();
-      });
+      // The hook lives as long as the tensor, which may outlive this
+      // execution (a non-leaf tensor the stage closes over and returns as
+      // it is): it reaches the execution only while that is alive.
+      output.register_hook(
+          [execution = weak_from_this(), v](const torch::Tensor& /*grad*/) {
+            if (const auto alive = execution.lock()) {
+              alive->values_[v] = torch::Tensor();
+            }
+          });
     }
     return output;
   }
