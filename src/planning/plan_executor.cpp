@@ -52,7 +52,9 @@
 // through p's leaf, and the held x_{p+1} is let go by a hook on it when its
 // gradient is complete, where the unlinked backward of p would let go of it.
 // Ops timed for self-correction are never linked (a per-stage time needs a
-// stage boundary).
+// stage boundary), nor is an output the record did not compute (one with no
+// graph: a parameter, the stage's input leaf), which outlives the step and
+// must carry nothing of it (PlanExecution::linkable).
 //
 // RNG and module state (NOTE: [Recompute and RNG] in recompute_context.h): the
 // first forward of each stage the plan runs more than once captures a
