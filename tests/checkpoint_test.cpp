@@ -271,6 +271,71 @@ TEST_P(Equivalence, InputsThatDoNotRequireGradWork) {
   EXPECT_TRUE(bitwise_equal(plain_grad, w.grad()));
 }
 
+// A region may return what it did not compute: its input, a parameter, a
+// tensor it closes over. The reentrant function once made itself the grad_fn
+// of a returned parameter, so the next backward through that parameter led
+// back into the function, which waited on itself forever. Two steps, with the
+// returned tensor used next to a plain use of the same parameter. Bitwise in
+// the non-reentrant mode; the reentrant one adds a gradient that arrives by
+// two paths in another order (its nested backward accumulates on its own), so
+// there the sums agree to rounding.
+TEST_P(Equivalence, OutputsTheRegionDidNotComputeMatchThePlainRun) {
+  torch::manual_seed(8);
+  torch::nn::Linear before(5, 5);
+  torch::nn::Linear returned(5, 5);
+  const torch::Tensor input = torch::randn({4, 5});
+  using Region = std::function<variable_list(const variable_list&)>;
+  const std::vector<std::pair<std::string, Region>> regions = {
+      {"a parameter",
+       [&](const variable_list&) { return variable_list{returned->weight}; }},
+      {"its input", [](const variable_list& in) { return in; }},
+      {"its input and a parameter",
+       [&](const variable_list& in) {
+         return variable_list{in[0], returned->bias.expand({4, 5})};
+       }},
+  };
+  for (const auto& [what, region] : regions) {
+    SCOPED_TRACE(what);
+    const auto steps = [&](bool checkpointed) {
+      for (auto* module : {&before, &returned}) {
+        for (auto& p : (*module)->parameters()) {
+          p.mutable_grad() = torch::Tensor();
+        }
+      }
+      for (int step = 0; step < 2; ++step) {
+        const torch::Tensor h = before(input).tanh();
+        const variable_list outs =
+            checkpointed
+                ? remat::checkpoint(
+                      region, {h}, CheckpointOptions().mode(GetParam()))
+                : region({h});
+        torch::Tensor loss = returned(h).sum();
+        for (const torch::Tensor& out : outs) {
+          loss = loss + (out.sum(0) * h).pow(2).sum();
+        }
+        loss.backward();
+      }
+      std::vector<torch::Tensor> grads = grads_of(*before);
+      for (const torch::Tensor& grad : grads_of(*returned)) {
+        grads.push_back(grad);
+      }
+      return grads;
+    };
+    const std::vector<torch::Tensor> plain = steps(false);
+    const std::vector<torch::Tensor> checkpointed = steps(true);
+    if (GetParam() == Mode::kNonReentrant) {
+      expect_all_bitwise_equal(plain, checkpointed, "parameter grad");
+      continue;
+    }
+    ASSERT_EQ(plain.size(), checkpointed.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(plain[i], checkpointed[i], 1e-5, 1e-6))
+          << "parameter grad #" << i << ": max abs difference "
+          << (plain[i] - checkpointed[i]).abs().max().item<double>();
+    }
+  }
+}
+
 TEST_P(Equivalence, AutocastIsReplayed) {
   torch::manual_seed(7);
   torch::nn::Linear layer(8, 8);

@@ -110,7 +110,10 @@ class FunctionArg {
 
 /// Runs `fn(inputs)` without keeping its internal activations; backward
 /// recomputes them. Returns fn's outputs, which carry gradients to `inputs`
-/// and to every parameter `fn` uses.
+/// and to every parameter `fn` uses. An output `fn` did not compute (a
+/// parameter, a tensor it closes over) is returned, in Mode::kReentrant, as
+/// an alias of it (same storage and version counter), so that the tensor
+/// itself keeps its own history.
 ///
 /// Example:
 // clang-format off

@@ -14,6 +14,8 @@
 // because the nested backward would accumulate into .grad of parameters
 // instead of returning them; no early stop; the recomputation check compares
 // outputs rather than saved tensors.
+#include <algorithm>
+
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -47,6 +49,28 @@ struct ReentrantState : torch::CustomClassHolder {
 
 constexpr const char* kStateKey = "remat_state";
 
+/// Replaces each output that requires grad and is not an input by an alias
+/// (detach(): the same storage and version counter). The region runs without
+/// grad, so such an output was not computed by it: a parameter or a tensor
+/// it closes over, returned as it is. The function becomes the grad_fn of
+/// what it returns, so that tensor itself would lose its history (a
+/// parameter would lead every later backward into this function, which
+/// then waits on itself); the alias takes the function's history instead.
+void alias_outputs_made_outside(variable_list& outputs, at::TensorList inputs) {
+  for (torch::Tensor& output : outputs) {
+    if (!output.requires_grad()) {
+      continue;
+    }
+    const bool is_input =
+        std::any_of(inputs.begin(), inputs.end(), [&](const at::Tensor& in) {
+          return in.unsafeGetTensorImpl() == output.unsafeGetTensorImpl();
+        });
+    if (!is_input) {
+      output = output.detach();
+    }
+  }
+}
+
 struct ReentrantCheckpoint
     : public torch::autograd::Function<ReentrantCheckpoint> {
   static variable_list forward(
@@ -60,6 +84,7 @@ struct ReentrantCheckpoint
     UncachedAutocast uncached;
     variable_list outputs = state->fn(inputs.vec());
     check_outputs(outputs);
+    alias_outputs_made_outside(outputs, inputs);
     variable_list non_differentiable;
     for (const auto& output : outputs) {
       state->outputs.emplace_back(output, state->options.determinism_check());
