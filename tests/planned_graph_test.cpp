@@ -329,10 +329,20 @@ TEST(PlannedGraph, HostileShapesMatchThePlainRun) {
        b.ptr(),
        {1, 2, 3}},
   };
+  // A value that one stage uses several times and a later stage reads too:
+  // its gradient is summed as a plain backward sums it (the later reader's
+  // part first, then each use), not the stage's uses first.
+  const std::vector<remat::GraphStage> reread = {
+      {[a](In in) mutable { return torch::tanh(a(in[0])); }, a.ptr(), {-1}},
+      {[b](In in) mutable { return torch::tanh(b(in[0])) * in[0] + in[0] * 3; },
+       b.ptr(),
+       {0}},
+      {[](In in) { return in[0] * in[1]; }, nullptr, {1, 0}},
+  };
   torch::nn::ModuleList modules;
   modules->push_back(a);
   modules->push_back(b);
-  for (const auto& graph_stages : {stages, single, views}) {
+  for (const auto& graph_stages : {stages, single, views, reread}) {
     for (bool input_grad : {true, false}) {
       SCOPED_TRACE(
           "stages " + std::to_string(graph_stages.size()) + ", input grad " +

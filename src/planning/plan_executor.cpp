@@ -54,7 +54,11 @@
 // Ops timed for self-correction are never linked (a per-stage time needs a
 // stage boundary), nor is an output the record did not compute (one with no
 // graph: a parameter, the stage's input leaf), which outlives the step and
-// must carry nothing of it (PlanExecution::linkable).
+// must carry nothing of it (PlanExecution::linkable). A value both stages
+// read has one leaf, the producer's, which the reader shares: its
+// gradient's terms from both stages then meet in one accumulator, in the
+// order of a plain backward (the reader's uses first), and the reader's
+// backward op collects the sum.
 //
 // RNG and module state (NOTE: [Recompute and RNG] in recompute_context.h): the
 // first forward of each stage the plan runs more than once captures a
@@ -224,7 +228,12 @@ class PlanExecution : public BackwardPhase,
             record.leaves.push_back(take_linked(values[j]));
             continue;
           }
-          torch::Tensor leaf = inputs[j].detach();
+          torch::Tensor leaf = linked_leaf(record.linked_value, values[j]);
+          if (leaf.defined()) {
+            record.leaves.push_back(std::move(leaf));
+            continue;
+          }
+          leaf = inputs[j].detach();
           if (leaf.is_floating_point() &&
               (values[j] > 0 || input_requires_grad_)) {
             leaf.requires_grad_(true);
@@ -256,22 +265,35 @@ class PlanExecution : public BackwardPhase,
     torch::Tensor grad_output = std::move(grads_[i + 1]);
     // A record whose output went to its reader's record (linked) had its
     // backward run with that reader's.
+    const std::vector<int64_t>& values = program_->structure.input_values(i);
     if (record.output.defined() && grad_output.defined() &&
         record.output.requires_grad()) {
-      run_stage_backward(std::move(record.output), std::move(grad_output));
+      // What later readers added to an input's gradient enters the stage's
+      // backward first, as in a plain backward (see run_stage_backward).
+      std::vector<std::pair<torch::Tensor, torch::Tensor>> carried;
+      for (size_t j = 0; j < values.size(); ++j) {
+        const torch::Tensor& leaf = record.leaves[j];
+        torch::Tensor& total = grads_[values[j]];
+        if (leaf.defined() && leaf.requires_grad() && total.defined()) {
+          carried.emplace_back(leaf, std::move(total));
+          total = torch::Tensor();
+        }
+      }
+      run_stage_backward(
+          std::move(record.output), std::move(grad_output), std::move(carried));
     }
     record.output = torch::Tensor();
-    const std::vector<int64_t>& values = program_->structure.input_values(i);
     for (size_t j = 0; j < values.size(); ++j) {
       torch::Tensor& leaf = record.leaves[j];
       if (!leaf.defined() || !leaf.requires_grad() || !leaf.grad().defined()) {
         continue;
       }
       torch::Tensor grad = leaf.grad();
+      leaf.mutable_grad() = torch::Tensor();  // collected once if shared
       leaf = torch::Tensor();
       torch::Tensor& total = grads_[values[j]];
       if (total.defined()) {
-        total.add_(grad);
+        total.add_(grad);  // a stage whose own backward did not run
       } else {
         total = std::move(grad);
       }
@@ -306,6 +328,22 @@ class PlanExecution : public BackwardPhase,
   bool linkable(int64_t v) const {
     return v > 0 && records_[v - 1].output.defined() &&
            records_[v - 1].output.grad_fn() != nullptr;
+  }
+
+  /// The leaf of x_v in the record of linked value u's producer (undefined
+  /// if u is -1 or that record has none): a reader linked to its producer
+  /// shares the producer's leaves of the values both read, so that their
+  /// gradients from both stages, computed in one engine call, are summed in
+  /// one accumulator in the order of a plain backward (NOTE: [Linked
+  /// stages]).
+  torch::Tensor linked_leaf(int64_t u, int64_t v) const {
+    if (u <= 0) {
+      return {};
+    }
+    const std::vector<int64_t>& read = program_->structure.input_values(u - 1);
+    const auto it = std::find(read.begin(), read.end(), v);
+    return it == read.end() ? torch::Tensor()
+                            : records_[u - 1].leaves[it - read.begin()];
   }
 
   /// The record output of x_v's producer, with its graph, for its reader's
@@ -379,17 +417,18 @@ class PlanExecution : public BackwardPhase,
   std::vector<std::optional<RecomputeContext>> first_forward_;  // RNG, autocast
 };
 
-/// The root of a stage backward: it owns the incoming gradient and hands it
-/// to the engine without keeping a reference (see run_stage_backward).
+/// The root of a stage backward: it owns the incoming gradients (one per
+/// edge) and hands them to the engine without keeping a reference (see
+/// run_stage_backward).
 class GradientRoot : public torch::autograd::Node {
  public:
-  GradientRoot(torch::Tensor grad, torch::autograd::Edge next)
-      : torch::autograd::Node(torch::autograd::edge_list{std::move(next)}),
-        grad_(std::move(grad)) {}
+  GradientRoot(
+      torch::autograd::variable_list grads, torch::autograd::edge_list next)
+      : torch::autograd::Node(std::move(next)), grads_(std::move(grads)) {}
 
   torch::autograd::variable_list apply(
       torch::autograd::variable_list&& /*trigger*/) override {
-    return {std::move(grad_)};
+    return std::move(grads_);
   }
 
   std::string name() const override {
@@ -397,7 +436,7 @@ class GradientRoot : public torch::autograd::Node {
   }
 
  private:
-  torch::Tensor grad_;
+  torch::autograd::variable_list grads_;
 };
 
 /// The grad_fn of a planned forward's output: runs the backward phase.
@@ -441,17 +480,31 @@ class PlanBackward : public torch::autograd::Node {
 
 }  // namespace
 
-void run_stage_backward(torch::Tensor output, torch::Tensor grad_output) {
+void run_stage_backward(
+    torch::Tensor output,
+    torch::Tensor grad_output,
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> carried) {
   TORCH_INTERNAL_ASSERT(output.requires_grad() && grad_output.defined());
-  torch::autograd::Edge edge = torch::autograd::impl::gradient_edge(output);
+  torch::autograd::edge_list edges{
+      torch::autograd::impl::gradient_edge(output)};
   output = torch::Tensor();
+  const torch::Tensor trigger = at::empty({0}, grad_output.options());
+  torch::autograd::variable_list grads{std::move(grad_output)};
+  // A carried gradient goes straight to its leaf's accumulator, from the
+  // root: the engine adds the root's outputs to their nodes' input buffers
+  // before any node of the stage runs, so it is the first term of the sum.
+  for (auto& [leaf, grad] : carried) {
+    TORCH_INTERNAL_ASSERT(leaf.requires_grad() && grad.defined());
+    edges.push_back(torch::autograd::impl::gradient_edge(leaf));
+    grads.push_back(std::move(grad));
+  }
+  carried.clear();
   // torch::autograd::backward(outputs, grads) would keep `grads` (and the
   // caller `outputs`) alive until the whole graph has run. Instead the
-  // gradient travels in a root node that gives it away when it runs; the
+  // gradients travel in a root node that gives them away when it runs; the
   // engine starts that root with a zero-byte trigger tensor.
-  const torch::Tensor trigger = at::empty({0}, grad_output.options());
   compat::NodePtr root =
-      compat::make_node<GradientRoot>(std::move(grad_output), std::move(edge));
+      compat::make_node<GradientRoot>(std::move(grads), std::move(edges));
   root->add_input_metadata(trigger);
   torch::autograd::Engine::get_default_engine().execute(
       {torch::autograd::Edge(root, 0)},

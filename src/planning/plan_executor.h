@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <torch/types.h>
@@ -33,8 +34,17 @@ planner::StageCost unit_cost();
 /// .grad. Both arguments are consumed: when the caller holds no other
 /// reference to them, autograd frees each as soon as the node that uses it
 /// has run, as in a plain backward, not when the stage's backward ends.
-/// REQUIRES: output.requires_grad(); grad_output defined, of output's shape.
-void run_stage_backward(torch::Tensor output, torch::Tensor grad_output);
+/// `carried` are gradients that later stages' backwards already produced for
+/// some of the stage's leaves (leaf, gradient; consumed too): each reaches
+/// its leaf before the stage's own contributions, so the leaf's .grad is the
+/// whole sum added in the order a plain backward adds it (the later readers'
+/// part first, then the stage's uses one by one).
+/// REQUIRES: output.requires_grad(); grad_output defined, of output's shape;
+/// each carried leaf requires grad and its gradient has its shape.
+void run_stage_backward(
+    torch::Tensor output,
+    torch::Tensor grad_output,
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> carried = {});
 
 /// A stage of any number of inputs, as the executors and the profiler call
 /// it: a chain Stage (one input) or a GraphStage (its distinct input values,
