@@ -12,7 +12,9 @@
 // the stages plainly (bitwise on CPU for deterministic ops): every
 // recomputation replays the RNG and autocast state of the stage's first
 // forward and leaves the buffers of the stage's module as the first forward
-// left them. Under no-grad (evaluation) forward() runs the stages plainly.
+// left them (to rounding only when a step adds to gradients left from an
+// earlier one and several stages use one module: docs/planned_execution.md).
+// Under no-grad (evaluation) forward() runs the stages plainly.
 //
 // Input shape: with options.input_shape set (auto_checkpoint sets it to the
 // sample's shape), an input of another shape is an error naming both shapes
