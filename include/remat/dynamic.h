@@ -37,7 +37,11 @@
 // saved tensor in place is refused at backward, as plain autograd refuses it.
 // A tensor from outside the scope that a recorded call used and that is
 // written in place afterwards (not by that call) makes that call's
-// recomputation throw c10::Error naming the operator.
+// recomputation throw c10::Error naming the operator. A write through an
+// alias that has no version counter in common (Tensor::variable_data(), or
+// a tensor's .data in Python terms) is invisible to that check, as it is to
+// autograd's: a recomputation gives the value before such a write, where the
+// plain run would use the value after it, so do not write activations so.
 //
 // Not supported (refused when the scope opens): a second scope on the same
 // thread while one is open, opening a scope inside a checkpoint region or
