@@ -1,6 +1,8 @@
 // compress_test.cpp: CompressActivations against the uncompressed run: the
 // bytes kept between forward and backward (tracking allocator), gradients
 // close to the plain ones, what is left uncompressed.
+#include <optional>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -133,6 +135,33 @@ TEST(CompressActivations, CompressesOnlyWideFloatActivations) {
       plain + 256 * 256 * 2);
   EXPECT_THROW(
       CompressActivations(CompressOptions().min_bytes(-1)), c10::Error);
+}
+
+// An expanded tensor (stride 0) over a small storage is kept as it is: a
+// compressed copy would hold every repetition. Before, the step's peak rose
+// from 50.3 MB to 75.5 MB (bf16) and 71.3 MB (int8) on this forward.
+TEST(CompressActivations, TensorsThatRepeatTheirStorageAreKept) {
+  torch::manual_seed(1);
+  const auto peak = [](std::optional<CompressOptions> options) {
+    const torch::Tensor x = torch::randn({256, 64}, torch::requires_grad());
+    remat::MemoryMeter meter;
+    torch::Tensor loss;
+    {
+      std::optional<CompressActivations> guard;
+      if (options) {
+        guard.emplace(*options);
+      }
+      const torch::Tensor row = x.sum(0, true).expand({65536, 64});
+      loss = (row * row).sum();
+    }
+    loss.backward();
+    return meter.peak_delta_bytes();
+  };
+  const int64_t plain = peak(std::nullopt);
+  for (const CompressedType type :
+       {CompressedType::kBFloat16, CompressedType::kInt8}) {
+    EXPECT_EQ(peak(CompressOptions().type(type)), plain);
+  }
 }
 
 // A saved tensor modified in place after the forward: the compressed copy

@@ -164,6 +164,35 @@ TEST(Offload, ParametersAndSmallTensorsStayAndEachTensorMovesOnce) {
   EXPECT_EQ(recorded.log, (std::vector<std::string>{"fetch 0", "take 0"}));
 }
 
+// An expanded tensor (stride 0) holds a small storage; moving it would copy
+// every repetition. Before it was left in place, SaveToFile wrote a dense copy
+// 256 times the storage's size here (and the forward's peak doubled while it
+// was being written).
+TEST(Offload, TensorsThatRepeatTheirStorageStay) {
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({16, 64}, torch::requires_grad());
+  Recorded recorded(/*prefetch=*/2, /*min_bytes=*/0);
+  torch::Tensor loss;
+  {
+    auto hooks = remat::detail::offload_hooks(recorded.offloader);
+    // mul saves both operands: the expanded row twice (4096 x 64 floats
+    // over a storage of 64), and the tanh output (16 x 64) once.
+    const torch::Tensor row = x.sum(0, true).expand({4096, 64});
+    const torch::Tensor hidden = x.tanh();
+    loss = (row * row).sum() + (hidden * hidden).sum();
+  }
+  ASSERT_EQ(recorded.store->put_tensors.size(), 1u);
+  EXPECT_EQ(
+      recorded.store->put_tensors[0].sizes(), torch::IntArrayRef({16, 64}));
+  EXPECT_EQ(recorded.offloader->stats().bytes_moved, 16 * 64 * 4);
+  loss.backward();
+  const torch::Tensor with_guard = x.grad().clone();
+  x.mutable_grad() = torch::Tensor();
+  const torch::Tensor row = x.sum(0, true).expand({4096, 64});
+  ((row * row).sum() + (x.tanh() * x.tanh()).sum()).backward();
+  EXPECT_TRUE(remat::testing::bitwise_equal(with_guard, x.grad()));
+}
+
 TEST(Offload, FetchesRunAheadOfBackwardInReverseSaveOrder) {
   // A chain of exp: each saves its own output, one distinct tensor per op.
   const torch::Tensor input = torch::randn({64, 64}, torch::requires_grad());

@@ -8,7 +8,9 @@
 // it. This is LOSSY: backward sees the rounded values, so gradients differ
 // from the plain run's (docs/checkpoint.md shows the measured effect on a
 // training loss). Parameters and views of parameters are never compressed
-// (they are alive anyway), nor are tensors already 16 bits wide or less, nor
+// (they are alive anyway), nor are tensors that repeat elements of their
+// storage (a stride-0 dimension: expand; a copy would hold every
+// repetition), nor tensors already 16 bits wide or less, nor
 // non-floating-point ones. Rounding never makes a finite value infinite nor
 // loses an inf or a NaN: those are restored exactly, and a tensor the type
 // cannot hold that way (fp16 beyond +-65504; int8 with more than 1 element

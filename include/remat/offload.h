@@ -11,7 +11,9 @@
 // with their shape, strides and dtype, so gradients equal the plain run's.
 //
 // Never moved: parameters and views of parameters (every leaf that requires
-// grad; alive anyway), tensors under `min_bytes`, and tensors a guard does not
+// grad; alive anyway), tensors that repeat elements of their storage (a
+// stride-0 dimension: expand, broadcasting; a copy would hold every
+// repetition), tensors under `min_bytes`, and tensors a guard does not
 // handle (SaveOnCpu moves CUDA tensors, SaveToFile CPU tensors). A tensor
 // saved twice is moved once. Inside a checkpointed region the region's own
 // hooks take precedence, so the two combine: a guard around a model whose

@@ -92,7 +92,8 @@ bool compressible(const at::Tensor& tensor, const CompressOptions& options) {
   return tensor.defined() && tensor.is_floating_point() &&
          tensor.element_size() > 2 &&
          static_cast<int64_t>(tensor.nbytes()) >= options.min_bytes() &&
-         !detail::is_parameter_like(tensor);
+         !detail::is_parameter_like(tensor) &&
+         !detail::repeats_elements(tensor);
 }
 
 Packed as_is(const at::Tensor& tensor) {

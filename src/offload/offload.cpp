@@ -45,6 +45,7 @@ Offloader::Offloader(
 
 std::any Offloader::pack(const at::Tensor& tensor) {
   const bool moves = tensor.defined() && !is_parameter_like(tensor) &&
+                     !repeats_elements(tensor) &&
                      static_cast<int64_t>(tensor.nbytes()) >= min_bytes_ &&
                      store_->moves(tensor);
   if (!moves) {

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
@@ -116,6 +117,13 @@ class PackCache {
   std::unordered_map<const c10::TensorImpl*, Entry> entries_;
   std::size_t swept_size_ = 0;
 };
+
+/// A tensor that repeats elements of its storage (a dimension of stride 0
+/// and size above 1: expand, broadcasting): moving or compressing it would
+/// copy every repetition, more bytes than the storage it keeps alive.
+inline bool repeats_elements(const at::Tensor& tensor) {
+  return at::has_internal_overlap(tensor) == at::MemOverlap::Yes;
+}
 
 /// A parameter or a view of one: alive anyway, so copying it only adds.
 /// Every leaf that requires grad counts as a parameter.
