@@ -321,10 +321,11 @@ class PlanExecution : public BackwardPhase,
   }
 
   /// Whether x_v (v >= 0; -1: none) may be linked: its producer's record
-  /// output was computed by that record. A stage may also return a tensor
-  /// it did not compute (a parameter, a tensor it closes over, its input
-  /// leaf): such a tensor outlives this execution, and so would a hook on
-  /// it, so its reader takes a leaf as usual.
+  /// output has a graph. A stage may also return a leaf it did not compute
+  /// (a parameter, its input leaf): such a tensor outlives this execution,
+  /// and so would a hook on it, so its reader takes a leaf as usual. (A
+  /// non-leaf the stage closes over and returns as it is is linked; the
+  /// hook of take_linked reaches the execution only while it is alive.)
   bool linkable(int64_t v) const {
     return v > 0 && records_[v - 1].output.defined() &&
            records_[v - 1].output.grad_fn() != nullptr;
