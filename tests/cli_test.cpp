@@ -1202,8 +1202,44 @@ TEST(RematBinary, FitOverImageGivesEdgesInStepsOfTwoToTheLevels) {
     EXPECT_LE(answer["measured"]["peak_bytes"].get<int64_t>(), kCap);
     EXPECT_LE(answer["predicted"]["peak_bytes"].get<int64_t>(), kCap);
   }
-  EXPECT_GE(answers[1]["size"], answers[0]["size"]);
+  EXPECT_GT(answers[1]["size"], answers[0]["size"]);
   EXPECT_GE(answers[2]["size"], answers[0]["size"]);
+
+  // Under a time limit too loose to bind, the same edges, each timed at its
+  // own size in interleaved rounds (which once ran every size against the
+  // labels of the last one made), per pixel: the limit compares time per
+  // pixel, not per multiple of the edge.
+  const ProcessResult timed = run_remat(
+      "fit --over image " + kTinyUNet +
+      " --cap 4MiB --max-image 256 --max-time-ratio 1000 --json");
+  ASSERT_EQ(timed.exit_code, 0) << describe(timed);
+  const nlohmann::json timed_report = nlohmann::json::parse(timed.out);
+  EXPECT_EQ(timed_report["unit"], "megapixel");
+  const auto& timed_answers = timed_report.at("answers");
+  ASSERT_EQ(timed_answers.size(), 3u) << timed.out;
+  for (size_t i = 0; i < timed_answers.size(); ++i) {
+    const auto& answer = timed_answers[i];
+    EXPECT_EQ(answer["size"], answers[i]["size"]) << answer.dump();
+    const double edge = answer["size"].get<double>();
+    const auto& measured = answer["measured"];
+    EXPECT_GT(measured["ms_per_sample"].get<double>(), 0);
+    EXPECT_DOUBLE_EQ(
+        measured["ms_per_unit"].get<double>(),
+        measured["ms_per_sample"].get<double>() / (edge * edge / 1e6));
+  }
+  for (size_t i = 1; i < timed_answers.size(); ++i) {
+    const auto& answer = timed_answers[i];
+    const auto& none = timed_answers[0];
+    const double edge = answer["size"].get<double>() / 4;  // in 2^levels
+    const double none_edge = none["size"].get<double>() / 4;
+    EXPECT_NEAR(
+        answer["predicted"]["time_ratio"].get<double>(),
+        (answer["predicted"]["step_ms"].get<double>() / (edge * edge)) /
+            (none["predicted"]["step_ms"].get<double>() /
+             (none_edge * none_edge)),
+        1e-9)
+        << answer.dump();
+  }
 
   const ProcessResult bad = run_remat(
       "fit --over image " + kTinyUNet + " --cap 4MiB --max-image 102");

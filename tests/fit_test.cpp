@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -326,6 +327,15 @@ TEST(FitSize, RefusesBadArgumentsNamingTheValue) {
       {1 << 20,
        remat::FitSizeOptions().max_time_ratio(-1),
        "expected max_time_ratio >= 0, got -1"},
+      {1 << 20,
+       remat::FitSizeOptions().units_of_size(
+           [](int64_t n) { return n == 16 ? 0.0 : 1.0; }),
+       "units_of_size(16) must be a positive finite number, got 0"},
+      {1 << 20,
+       remat::FitSizeOptions().max_size(32).units_of_size([](int64_t n) {
+         return n == 32 ? std::numeric_limits<double>::infinity() : 1.0;
+       }),
+       "units_of_size(32) must be a positive finite number, got inf"},
   };
   for (const Case& test : cases) {
     try {

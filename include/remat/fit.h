@@ -91,8 +91,9 @@ struct FitAnswer {
   /// The measured step's time (with a time limit: the median of the timed
   /// rounds).
   double measured_step_ms = 0;
-  /// With a time limit: the plan's predicted time per unit of size over no
-  /// checkpointing's at its answer, the figure the limit was applied to;
+  /// With a time limit: the plan's predicted time per unit of size
+  /// (FitSizeOptions::units_of_size) over no checkpointing's at its answer,
+  /// the figure the limit was applied to;
   /// 0 otherwise.
   double predicted_time_ratio = 0;
   /// With a time limit: the measured time per unit of size over no
@@ -163,12 +164,19 @@ struct FitSizeOptions {
   TORCH_ARG(SizeModel, size_model) = SizeModel::kQuadratic;
   /// How each stage is profiled. Default: one warm-up run, one timed run.
   TORCH_ARG(ProfileOptions, profile) = ProfileOptions().warmup(1).repeats(1);
-  /// The largest time per unit of size (per sample for a batch, per
-  /// position for a sequence length) a checkpointing strategy may take, as
-  /// a multiple of no checkpointing's at its own answer, predicted and then
-  /// timed as
-  /// FitOptions::max_time_ratio. 0: no limit. Default: 0.
+  /// The largest time per unit of size (units_of_size) a checkpointing
+  /// strategy may take, as a multiple of no checkpointing's at its own
+  /// answer, predicted and then timed as FitOptions::max_time_ratio. 0: no
+  /// limit. Default: 0.
   TORCH_ARG(double, max_time_ratio) = 0;
+  /// How much work size n stands for: the time limit compares step time
+  /// divided by units_of_size(n). A batch or a sequence length is its own
+  /// count (samples, positions); the edge n of a 2D image is n² pixels, of a
+  /// 3D volume n³ voxels, so that a larger image is not judged slower per
+  /// unit only for holding more pixels. Must return a positive finite
+  /// number (else c10::Error naming the size and the value). Default: empty,
+  /// n itself.
+  TORCH_ARG(std::function<double(int64_t)>, units_of_size) = {};
   /// The loss of the measured step, from the chain output. Default: the sum
   /// of the output (in fp32).
   TORCH_ARG(std::function<torch::Tensor(const torch::Tensor&)>, loss) = {};
@@ -195,8 +203,9 @@ struct FitSizeOptions {
 // clang-format on
 ///
 /// Throws c10::Error if cap_bytes <= 0, max_time_ratio < 0, probe_size < 1,
-/// max_size < probe_size, `make_problem` is empty or returns no stages or an
-/// undefined input, and as profile_chain.
+/// max_size < probe_size, units_of_size is given and not positive and finite
+/// at probe_size or max_size, `make_problem` is empty or returns no stages or
+/// an undefined input, and as profile_chain.
 std::vector<FitAnswer> fit_size(
     const std::function<FitProblem(int64_t)>& make_problem,
     int64_t cap_bytes,
@@ -227,7 +236,10 @@ struct GraphFitProblem {
 ///         return remat::GraphFitProblem{unet->stages(),
 ///                                       torch::randn({4, 1, 8 * k, 8 * k})};
 ///       },
-///       64LL << 20, remat::FitSizeOptions().probe_size(1).max_size(64));
+///       64LL << 20,
+///       remat::FitSizeOptions().probe_size(1).max_size(64)
+///           .max_time_ratio(1.35)  // per pixel: (8k)² pixels at edge 8k
+///           .units_of_size([](int64_t k) { return 64.0 * k * k; }));
 // clang-format on
 ///
 /// Throws c10::Error as the chain's fit_size(), and as profile_graph.

@@ -25,24 +25,24 @@
 //    answer is the largest whose profile fits. A few rounds at most; what
 //    is returned was seen to fit.
 // 4. With max_time_ratio, the limit is decided on predicted times:
-//    simulate()'s step time per unit of the plan on the chain profiled at that
-//    very size, against no checkpointing's at its answer. A checkpointing
-//    strategy whose answer is over the limit bisects, on checks, between no
-//    checkpointing's answer and its own for the largest size within it. Each
-//    size is profiled once per fit and the profile kept, so every strategy
-//    is judged on the same numbers there; and the optimal strategy takes the
-//    fastest of its solver's plan and the other strategy's plan (a chain's
-//    checkpoint_sequential, a graph's per-block: in its class, but the
-//    solver's memory slots may miss it), so at a size where that strategy
-//    fits within the limit, optimal does too: its search starts from that
-//    strategy's answer, and its answer is never smaller. (Deciding on measured
-//    steps instead made the answer follow the noise of single medians.) Then
-//    every answer is confirmed by measurement: kTimedSteps rounds after
-//    kWarmupSteps, each running no checkpointing at its answer and every
-//    strategy at its own, interleaved (the order rotating by round); a
-//    strategy's time per unit over no checkpointing's of the same round gives
-//    the paired ratio FitAnswer::measured_time_ratio with its 95 % interval,
-//    which the caller reads against the limit.
+//    simulate()'s step time per unit of the plan (units_of_size: a sample, a
+//    position, a pixel) on the chain profiled at that very size, against no
+//    checkpointing's at its answer. A checkpointing strategy whose answer is
+//    over the limit bisects, on checks, between no checkpointing's answer and
+//    its own for the largest size within it. Each size is profiled once per fit
+//    and the profile kept, so every strategy is judged on the same numbers
+//    there; and the optimal strategy takes the fastest of its solver's plan and
+//    the other strategy's plan (a chain's checkpoint_sequential, a graph's
+//    per-block: in its class, but the solver's memory slots may miss it), so at
+//    a size where that strategy fits within the limit, optimal does too: its
+//    search starts from that strategy's answer, and its answer is never
+//    smaller. (Deciding on measured steps instead made the answer follow the
+//    noise of single medians.) Then every answer is confirmed by measurement:
+//    kTimedSteps rounds after kWarmupSteps, each running no checkpointing at
+//    its answer and every strategy at its own, interleaved (the order rotating
+//    by round); a strategy's time per unit over no checkpointing's of the same
+//    round gives the paired ratio FitAnswer::measured_time_ratio with its 95 %
+//    interval, which the caller reads against the limit.
 // fit_batch is fit_size over the batch with the affine model; the only
 // thing of its own is the check that make_input(b) has batch b. A graph
 // (GraphFitProblem) runs the same steps on planner::Graph (a chain is
@@ -53,6 +53,7 @@
 #include "remat/fit.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <optional>
@@ -269,6 +270,21 @@ struct Names {
   const char* max;
 };
 
+/// The units of work of `size` (FitSizeOptions::units_of_size), checked.
+double units_of(const FitSizeOptions& options, int64_t size) {
+  if (!options.units_of_size()) {
+    return static_cast<double>(size);
+  }
+  const double units = options.units_of_size()(size);
+  TORCH_CHECK(
+      std::isfinite(units) && units > 0,
+      "remat::fit_size: units_of_size(",
+      size,
+      ") must be a positive finite number, got ",
+      units);
+  return units;
+}
+
 /// fit()'s checks of its arguments.
 template <typename Problem>
 void check_arguments(
@@ -308,6 +324,8 @@ void check_arguments(
       static_cast<bool>(make_problem),
       names.function,
       ": expected a make_problem function, got none");
+  units_of(options, options.probe_size());  // throws if not positive
+  units_of(options, options.max_size());
 }
 
 /// make_problem, its result checked.
@@ -457,8 +475,9 @@ FitAnswer largest_under_cap(
 
 /// The predicted time per unit of size of an answer's plan (simulate() on
 /// the chain profiled at its size).
-double predicted_ms_per_unit(const FitAnswer& answer) {
-  return answer.predicted_step_ms / static_cast<double>(answer.size);
+double predicted_ms_per_unit(
+    const FitSizeOptions& options, const FitAnswer& answer) {
+  return answer.predicted_step_ms / units_of(options, answer.size);
 }
 
 /// Step 4 (NOTE: [Fitting a size]), for a strategy over the time limit at
@@ -482,8 +501,8 @@ FitAnswer largest_within_time(
   int64_t hi = at_cap.size - 1;
   auto try_size = [&](int64_t size) {
     Check result = check(strategy, size);
-    if (result.answer &&
-        predicted_ms_per_unit(*result.answer) <= limit_ms_per_unit) {
+    if (result.answer && predicted_ms_per_unit(check.options, *result.answer) <=
+                             limit_ms_per_unit) {
       within = std::move(*result.answer);
       return true;
     }
@@ -542,7 +561,7 @@ void confirm_times(
           measured_step(timed_problems[i], nets[i], options).step_ms();
       if (round >= kWarmupSteps) {
         step_ms[i].push_back(ms);
-        per_unit[i].push_back(ms / static_cast<double>(timed[i]->size));
+        per_unit[i].push_back(ms / units_of(options, timed[i]->size));
       }
     }
   }
@@ -579,8 +598,8 @@ std::vector<FitAnswer> fit(
     if (strategy != "none" && limit > 0 && reference != nullptr &&
         answer.size > 0) {
       const double limit_ms_per_unit =
-          limit * predicted_ms_per_unit(*reference);
-      if (predicted_ms_per_unit(answer) > limit_ms_per_unit) {
+          limit * predicted_ms_per_unit(options, *reference);
+      if (predicted_ms_per_unit(options, answer) > limit_ms_per_unit) {
         answer = largest_within_time(
             strategy,
             answer,
@@ -602,7 +621,8 @@ std::vector<FitAnswer> fit(
     for (FitAnswer& answer : answers) {
       if (answer.size > 0) {
         answer.predicted_time_ratio =
-            predicted_ms_per_unit(answer) / predicted_ms_per_unit(*reference);
+            predicted_ms_per_unit(options, answer) /
+            predicted_ms_per_unit(options, *reference);
       }
     }
     confirm_times(problems, options, answers);

@@ -120,6 +120,12 @@ int64_t edge_step(const FitCommandOptions& options) {
   return int64_t{1} << options.model.levels;
 }
 
+/// The pixels (unet2d) or voxels (unet3d) of one image of edge `edge`.
+double image_elements(const FitCommandOptions& options, int64_t edge) {
+  const double side = static_cast<double>(edge);
+  return options.model.model == "unet3d" ? side * side * side : side * side;
+}
+
 Fitted fit_over_image(const FitCommandOptions& options, const Budget& cap) {
   if (!is_graph_model(options.model.model)) {
     throw UsageError(
@@ -149,8 +155,10 @@ Fitted fit_over_image(const FitCommandOptions& options, const Budget& cap) {
         options.model.batch,
         unet_spatial_size(options.model.model, multiple * step),
         options.seed);
-    set_targets(model, {data.images, data.labels});
-    return GraphFitProblem{model.stages, data.images};
+    // Each size keeps its own labels: checks and timed rounds interleave
+    // sizes.
+    return GraphFitProblem{
+        stages_with_targets(model, data.labels), data.images};
   };
   std::vector<FitAnswer> answers = fit_size(
       std::function<GraphFitProblem(int64_t)>(make_problem),
@@ -159,7 +167,10 @@ Fitted fit_over_image(const FitCommandOptions& options, const Budget& cap) {
           .probe_size(1)
           .max_size(max_edge / step)
           .size_model(SizeModel::kQuadratic)
-          .max_time_ratio(options.max_time_ratio));
+          .max_time_ratio(options.max_time_ratio)
+          .units_of_size([&](int64_t multiple) {
+            return image_elements(options, multiple * step);
+          }));
   for (FitAnswer& answer : answers) {
     answer.size *= step;  // the edge
   }
@@ -334,23 +345,42 @@ int64_t search_bound(const FitCommandOptions& options) {
 /// The column and unit names of what is fitted.
 struct OverNames {
   std::string column;    ///< "batch", "seq-len", "edge"
-  std::string per_unit;  ///< "ms/sample", "ms/token", "ms/sample"
+  std::string per_unit;  ///< "ms/sample", "ms/token", "ms/Mpixel", "ms/Mvoxel"
   std::string smallest;  ///< the flag of the smallest size considered
   std::string bound;     ///< the flag of the largest
+  std::string unit;      ///< what the time column is per: "sample", ...
 };
 
 OverNames over_names(const FitCommandOptions& options) {
   if (options.over == "image") {
     return {
         "edge",
-        "ms/sample",
+        options.model.model == "unet3d" ? "ms/Mvoxel" : "ms/Mpixel",
         "the edge 2^levels = " + std::to_string(edge_step(options)),
-        "--max-image"};
+        "--max-image",
+        options.model.model == "unet3d" ? "megavoxel" : "megapixel"};
   }
   if (options.over == "seq-len") {
-    return {"seq-len", "ms/token", "--probe-seq-len", "--max-seq-len"};
+    return {"seq-len", "ms/token", "--probe-seq-len", "--max-seq-len", "token"};
   }
-  return {"batch", "ms/sample", "--probe-batch", "--max-batch"};
+  return {"batch", "ms/sample", "--probe-batch", "--max-batch", "sample"};
+}
+
+/// The measured time per unit of what is fitted (OverNames::unit): per
+/// sample, per token of a sequence, per million pixels or voxels of an
+/// image; 0 for an answer of size 0.
+double ms_per_unit(const FitCommandOptions& options, const FitAnswer& answer) {
+  if (answer.size == 0) {
+    return 0;
+  }
+  if (options.over == "seq-len") {
+    return answer.ms_per_sample() / static_cast<double>(answer.size);
+  }
+  if (options.over == "image") {
+    return answer.ms_per_sample() /
+           (image_elements(options, answer.size) / 1e6);
+  }
+  return answer.ms_per_sample();
 }
 
 void render_fit_json(
@@ -376,6 +406,7 @@ void render_fit_json(
   nlohmann::json report;
   report["model"] = fitted.description;
   report["over"] = options.over;
+  report["unit"] = over_names(options).unit;
   report["cap_bytes"] = cap.budget_bytes();
   report["cap_total"] = cap.is_total();
   if (fitted.state) {
@@ -399,7 +430,8 @@ void render_fit_json(
          {"measured",
           {{"peak_bytes", answer.measured_peak_bytes},
            {"step_ms", answer.measured_step_ms},
-           {"ms_per_sample", answer.ms_per_sample()}}}});
+           {"ms_per_sample", answer.ms_per_sample()},
+           {"ms_per_unit", ms_per_unit(options, answer)}}}});
     if (options.max_time_ratio > 0) {
       const measure::RatioInterval& ratio = answer.measured_time_ratio;
       report["answers"].back()["predicted"]["time_ratio"] =
@@ -424,9 +456,9 @@ void render_time_limit(
     const FitCommandOptions& options,
     const std::vector<FitAnswer>& answers,
     std::ostringstream& text) {
-  text << "\ntime per unit of the size fitted, against none's "
-          "(--max-time-ratio "
-       << std::setprecision(2) << options.max_time_ratio
+  text << "\ntime per " << over_names(options).unit
+       << ", against none's (--max-time-ratio " << std::setprecision(2)
+       << options.max_time_ratio
        << "): predicted, which the limit applies to; measured in paired "
           "rounds, with the 95% interval\n";
   for (const FitAnswer& answer : answers) {
@@ -493,12 +525,6 @@ void render_fit_text(
                : "the sequence length, at batch " +
                      std::to_string(options.model.batch))
        << "\n\n";
-  // Per unit of what is fitted: per sample, or per token of a sequence.
-  auto ms_per_unit = [&](const FitAnswer& answer) {
-    return options.over == "seq-len"
-               ? answer.ms_per_sample() / static_cast<double>(answer.size)
-               : answer.ms_per_sample();
-  };
   if (fitted.state) {
     text << "measured and predicted peaks are of the whole step (model state "
             "included)\n";
@@ -536,13 +562,19 @@ void render_fit_text(
          << format_bytes(answer.measured_peak_bytes + measured_state)
          << std::setw(12)
          << format_bytes(answer.predicted_peak_bytes + predicted_state)
-         << std::setw(11) << std::setprecision(4) << ms_per_unit(answer)
-         << std::setw(9) << std::setprecision(2)
-         << (relative ? ms_per_unit(answer) / ms_per_unit(none) : 0)
+         << std::setw(11) << std::setprecision(4)
+         << ms_per_unit(options, answer) << std::setw(9) << std::setprecision(2)
+         << (relative
+                 ? ms_per_unit(options, answer) / ms_per_unit(options, none)
+                 : 0)
          << (at_bound ? "  *" : "") << '\n';
   }
   if (options.max_time_ratio > 0 && none.size > 0) {
     render_time_limit(options, fitted.answers, text);
+  } else {
+    text << "\n" << names.per_unit
+         << ": one measured step each, a rough figure (--max-time-ratio "
+            "times the answers in paired rounds, with intervals)\n";
   }
   if (any_at_bound) {
     text << "\n* at the search bound (" << names.bound << " "

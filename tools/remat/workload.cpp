@@ -153,39 +153,57 @@ std::vector<int64_t> unet_spatial_size(const std::string& model, int64_t edge) {
   return std::vector<int64_t>(model == "unet3d" ? 3 : 2, edge);
 }
 
+namespace {
+
+/// The stage that computes `loss` on the output of stage `last`.
+GraphStage loss_stage(LossHead loss, int last) {
+  return {
+      [loss](const std::vector<torch::Tensor>& in) mutable {
+        return loss->forward(in.at(0));
+      },
+      loss.ptr(),
+      {last}};
+}
+
+/// The LossHead ending `graph`.
+std::shared_ptr<LossHeadImpl> loss_head_of(const TrainingGraph& graph) {
+  auto head =
+      std::dynamic_pointer_cast<LossHeadImpl>(graph.stages.back().module);
+  TORCH_CHECK(
+      head != nullptr,
+      "remat::cli: expected a training graph ending in a LossHead");
+  return head;
+}
+
+}  // namespace
+
 TrainingGraph training_graph_of(models::UNet unet, const std::string& model) {
   TrainingGraph graph;
   graph.stages = unet->stages();
   graph.encoder_stages = 2 * unet->options.levels();
   graph.unet = std::move(unet);
-  LossHead loss(model);
-  const int last = static_cast<int>(graph.stages.size()) - 1;
   graph.stages.push_back(
-      {[loss](const std::vector<torch::Tensor>& in) mutable {
-         return loss->forward(in.at(0));
-       },
-       loss.ptr(),
-       {last}});
+      loss_stage(LossHead(model), static_cast<int>(graph.stages.size()) - 1));
   return graph;
+}
+
+std::vector<GraphStage> stages_with_targets(
+    const TrainingGraph& graph, torch::Tensor targets) {
+  LossHead loss(loss_head_of(graph)->model());
+  loss->set_targets(std::move(targets));
+  std::vector<GraphStage> stages = graph.stages;
+  stages.back() = loss_stage(loss, stages.back().inputs.at(0));
+  return stages;
 }
 
 TrainingGraph clone_training_graph(const TrainingGraph& graph) {
   auto copy = std::dynamic_pointer_cast<models::UNetImpl>(graph.unet->clone());
   TORCH_INTERNAL_ASSERT(copy, "UNet::clone returned another type");
-  auto loss =
-      std::dynamic_pointer_cast<LossHeadImpl>(graph.stages.back().module);
-  TORCH_INTERNAL_ASSERT(loss, "a training graph ends in a LossHead");
-  return training_graph_of(models::UNet(copy), loss->model());
+  return training_graph_of(models::UNet(copy), loss_head_of(graph)->model());
 }
 
 void set_targets(const TrainingGraph& graph, const Batch& batch) {
-  auto head =
-      std::dynamic_pointer_cast<LossHeadImpl>(graph.stages.back().module);
-  TORCH_CHECK(
-      head != nullptr,
-      "remat::cli::set_targets: expected a training graph ending in a "
-      "LossHead");
-  head->set_targets(batch.targets);
+  loss_head_of(graph)->set_targets(batch.targets);
 }
 
 planner::Graph profile_training_graph(

@@ -160,6 +160,12 @@ TrainingGraph clone_training_graph(const TrainingGraph& graph);
 /// Sets `batch`'s targets on the LossHead that ends `graph`.
 void set_targets(const TrainingGraph& graph, const Batch& batch);
 
+/// graph.stages with a loss stage of their own that always reads `targets`
+/// (set_targets on `graph` does not change it): for stages of several input
+/// sizes alive at once, as fit's problems are.
+std::vector<GraphStage> stages_with_targets(
+    const TrainingGraph& graph, torch::Tensor targets);
+
 /// `graph` profiled on `batch` (whose targets it sets) under an
 /// AutocastGuard for the CPU in `precision`: what train, profile and explain
 /// plan a graph model on.
