@@ -5,6 +5,7 @@
 //  - compression of inf, NaN, denormals and extremes, for every stored type;
 //  - views as stage outputs; undefined stage outputs;
 //  - guards that die before or after their graphs, on other threads;
+//  - two forwards before one backward; a stage throwing in recomputation;
 //  - policies that answer out of range;
 //  - budgets at the limits of the integers;
 //  - signals to the launcher of local workers;
@@ -43,6 +44,7 @@ namespace {
 namespace fs = std::filesystem;
 using remat::CompressedType;
 using remat::testing::bitwise_equal;
+using remat::testing::grads_of;
 
 // ---- compression --------------------------------------------------------
 
@@ -550,6 +552,191 @@ TEST(Hostile, SaveToFileBackwardOnAnotherThreadAfterTheGuard) {
   weight.mutable_grad() = torch::Tensor();
   torch::relu(x.mm(weight)).tanh().sum().backward();
   EXPECT_TRUE(bitwise_equal(weight.grad(), spilled));
+}
+
+// ---- steps that overlap or fail halfway -----------------------------------
+
+// A chain with BatchNorm and dropout, as stages, and a graph of the same
+// modules; `fail` makes the BatchNorm stage throw on its next forward.
+struct OverlapNet {
+  torch::nn::Linear first{8, 8};
+  torch::nn::BatchNorm1d norm{8};
+  torch::nn::Linear last{8, 8};
+  torch::nn::ModuleList modules;
+  std::shared_ptr<bool> fail = std::make_shared<bool>(false);
+  std::vector<torch::Tensor> initial_buffers;
+
+  OverlapNet() {
+    torch::manual_seed(3);
+    first = torch::nn::Linear(8, 8);
+    norm = torch::nn::BatchNorm1d(8);
+    last = torch::nn::Linear(8, 8);
+    modules->push_back(first);
+    modules->push_back(norm);
+    modules->push_back(last);
+    for (const auto& buffer : modules->buffers()) {
+      initial_buffers.push_back(buffer.clone());
+    }
+  }
+
+  std::vector<remat::Stage> chain() const {
+    return {
+        {[first = first](const torch::Tensor& x) mutable {
+           return torch::tanh(first(x));
+         },
+         first.ptr()},
+        {[norm = norm, fail = fail](const torch::Tensor& x) mutable {
+           torch::Tensor y = norm(x);
+           if (*fail) {
+             *fail = false;
+             throw std::runtime_error("a stage failed");
+           }
+           return torch::dropout(torch::relu(y), 0.3, true);
+         },
+         norm.ptr()},
+        {[last = last](const torch::Tensor& x) mutable { return last(x); },
+         last.ptr()},
+    };
+  }
+
+  // The chain's stages with skips: 2 reads 1 and 0.
+  std::vector<remat::GraphStage> graph() const {
+    const std::vector<remat::Stage> s = chain();
+    using In = const std::vector<torch::Tensor>&;
+    return {
+        {[f = s[0].forward](In in) { return f(in[0]); }, s[0].module, {-1}},
+        {[f = s[1].forward](In in) { return f(in[0]); }, s[1].module, {0}},
+        {[f = s[2].forward](In in) { return f(in[0]) * in[1]; },
+         s[2].module,
+         {1, 0}},
+    };
+  }
+
+  void restart() {
+    torch::NoGradGuard no_grad;
+    auto buffers = modules->buffers();
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      buffers[i].copy_(initial_buffers[i]);
+    }
+    for (auto& parameter : modules->parameters()) {
+      parameter.mutable_grad() = torch::Tensor();
+    }
+  }
+
+  std::vector<torch::Tensor> buffers() const {
+    std::vector<torch::Tensor> copies;
+    for (const auto& buffer : modules->buffers()) {
+      copies.push_back(buffer.clone());
+    }
+    return copies;
+  }
+
+  // Two forwards (gradient accumulation), then one backward of both: the
+  // parameter and input gradients and the buffers.
+  std::vector<torch::Tensor> accumulated_step(
+      const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+    restart();
+    torch::manual_seed(11);
+    torch::Tensor a = torch::randn({5, 8}).requires_grad_();
+    torch::Tensor b = torch::randn({5, 8}).requires_grad_();
+    (forward(a).sum() + forward(b).pow(2).sum()).backward();
+    std::vector<torch::Tensor> result = grads_of(*modules);
+    result.push_back(a.grad());
+    result.push_back(b.grad());
+    for (const auto& buffer : modules->buffers()) {
+      result.push_back(buffer.clone());
+    }
+    return result;
+  }
+};
+
+torch::Tensor run_chain(
+    const std::vector<remat::Stage>& stages, const torch::Tensor& input) {
+  torch::Tensor x = input;
+  for (const auto& stage : stages) {
+    x = stage.forward(x);
+  }
+  return x;
+}
+
+// Both forwards' records live at once and each backward finds its own.
+TEST(Hostile, TwoForwardsBeforeOneBackwardMatchThePlainRun) {
+  OverlapNet net;
+  const std::vector<remat::Stage> chain = net.chain();
+  const std::vector<remat::GraphStage> graph = net.graph();
+  const auto plain_chain = net.accumulated_step(
+      [&](const torch::Tensor& x) { return run_chain(chain, x); });
+  for (const char* text :
+       {"C0 N1 R2 B2 R0 R1 B1 B0", "C0 C1 R2 B2 R1 B1 R0 B0"}) {
+    SCOPED_TRACE(text);
+    remat::PlannedChain planned(chain, remat::planner::plan_from_string(text));
+    remat::testing::expect_all_bitwise_equal(
+        plain_chain,
+        net.accumulated_step(
+            [&](const torch::Tensor& x) { return planned->forward(x); }),
+        "chain");
+  }
+  const auto plain_graph = net.accumulated_step(
+      [&](const torch::Tensor& x) { return remat::run_graph(graph, x); });
+  const remat::planner::Graph structure = remat::profile_graph(
+      graph,
+      torch::randn({5, 8}),
+      remat::ProfileOptions().warmup(0).repeats(1));
+  using remat::planner::StageMode;
+  for (const auto& modes : std::vector<std::vector<StageMode>>{
+           {StageMode::kRecompute, StageMode::kRecompute, StageMode::kRecord},
+           {StageMode::kCheckpoint,
+            StageMode::kRecompute,
+            StageMode::kRecord}}) {
+    const remat::planner::Plan plan =
+        remat::planner::schedule_graph(structure, modes);
+    SCOPED_TRACE(plan.to_string());
+    remat::PlannedGraph planned(graph, plan);
+    remat::testing::expect_all_bitwise_equal(
+        plain_graph,
+        net.accumulated_step(
+            [&](const torch::Tensor& x) { return planned->forward(x); }),
+        "graph");
+  }
+}
+
+// A stage that throws while it is recomputed in backward leaves the buffers
+// as the forward left them (updated once), and the next step is the plain
+// one.
+TEST(Hostile, AStageThrowingDuringRecomputationLeavesNothingHalfChanged) {
+  OverlapNet net;
+  const std::vector<remat::Stage> chain = net.chain();
+  const torch::Tensor input = torch::randn({5, 8});
+  const auto step =
+      [&](const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+        net.restart();
+        torch::manual_seed(11);
+        forward(input.clone().requires_grad_()).sum().backward();
+        std::vector<torch::Tensor> result = grads_of(*net.modules);
+        for (const auto& buffer : net.modules->buffers()) {
+          result.push_back(buffer.clone());
+        }
+        return result;
+      };
+  const auto plain =
+      step([&](const torch::Tensor& x) { return run_chain(chain, x); });
+  const std::vector<torch::Tensor> plain_buffers(
+      plain.end() - static_cast<int64_t>(net.initial_buffers.size()),
+      plain.end());
+  remat::PlannedChain planned(
+      chain, remat::planner::plan_from_string("C0 N1 R2 B2 R0 R1 B1 B0"));
+  net.restart();
+  torch::manual_seed(11);
+  torch::Tensor output = planned->forward(input.clone().requires_grad_());
+  *net.fail = true;  // stage 1 throws when backward recomputes it
+  EXPECT_THROW(output.sum().backward(), std::exception);
+  EXPECT_FALSE(*net.fail) << "the stage was not recomputed";
+  remat::testing::expect_all_bitwise_equal(
+      plain_buffers, net.buffers(), "buffers after the failed backward");
+  remat::testing::expect_all_bitwise_equal(
+      plain,
+      step([&](const torch::Tensor& x) { return planned->forward(x); }),
+      "the next step");
 }
 
 // ---- policies -------------------------------------------------------------
