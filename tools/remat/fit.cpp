@@ -571,8 +571,12 @@ void render_fit_text(
   }
   if (options.max_time_ratio > 0 && none.size > 0) {
     render_time_limit(options, fitted.answers, text);
-  } else {
-    text << "\n" << names.per_unit
+  } else if (std::any_of(
+                 fitted.answers.begin(),
+                 fitted.answers.end(),
+                 [](const FitAnswer& answer) { return answer.size > 0; })) {
+    text << "\n"
+         << names.per_unit
          << ": one measured step each, a rough figure (--max-time-ratio "
             "times the answers in paired rounds, with intervals)\n";
   }
