@@ -7,15 +7,17 @@
 //
 // Two modes (see docs/checkpoint.md):
 //  - Mode::kNonReentrant (default): saved-tensor hooks through remat's engine.
-//    Supports torch::autograd::grad, nesting, backward through part of a
-//    region, parameters captured by `fn` when no input requires grad, and
-//    backward twice with retain_graph. Recomputation stops as soon as every
-//    tensor backward still needs exists again (early_stop).
+//    Supports torch::autograd::grad (also called by `fn` itself, as a
+//    gradient penalty does, except with a policy), nesting, backward through
+//    part of a region, parameters captured by `fn` when no input requires
+//    grad, and backward twice with retain_graph. Recomputation stops as soon
+//    as every tensor backward still needs exists again (early_stop).
 //  - Mode::kReentrant: a custom autograd function that re-runs `fn` and
 //    backpropagates through it inside backward. Limits: gradients reach only
 //    through inputs that require grad (captured parameters get none if no
 //    input requires grad); torch::autograd::grad and backward(inputs=...) are
-//    refused with an error; no early stop.
+//    refused with an error; `fn` runs without grad mode in the forward, so it
+//    cannot call torch::autograd::grad itself; no early stop.
 //
 // Both replay the RNG state (CPU generator and the CUDA generator of every
 // device the inputs live on) and the autocast state, and check the
@@ -130,7 +132,8 @@ class FunctionArg {
 /// recomputation differs from the forward (see DeterminismCheck), if an input
 /// was modified in place before backward, or (non-reentrant) if another
 /// autograd engine is installed; with a policy, also if the mode is
-/// kReentrant, or in backward if the recomputation runs other operators than
+/// kReentrant, or if `fn` calls torch::autograd::grad on what it computed,
+/// or in backward if the recomputation runs other operators than
 /// the forward, the policy answers differently, or an output it kept was
 /// modified in place. Exceptions thrown by `fn` propagate; the hook
 /// stack, RNG state, grad mode and module buffers are restored first.

@@ -21,6 +21,19 @@
 // hook once the highest-numbered slot still needed is filled; the exception
 // unwinds through `fn` and is caught here. A function that swallows all
 // exceptions (catch (...)) defeats it; set early_stop(false) for such code.
+//
+// NOTE: [Gradients inside a region]
+// `fn` may call torch::autograd::grad itself (a gradient penalty, a
+// derivative the model uses). In the forward, that backward unpacks tensors
+// the region saved moments ago: their slots are empty, so the region is
+// recomputed then, from its inputs, up to the last slot still needed (with
+// early stop; without it, to the end, and the tensors the forward has not
+// saved yet are not needed and not compared). In a recomputation, the inner
+// backward runs through the recomputation's own graph, whose saved tensors
+// the recording hooks keep as they are. PyTorch's non-reentrant checkpoint
+// does the same; the reentrant mode runs `fn` without grad mode and cannot.
+// With a policy it is refused: the forward's operator log, which the
+// recomputation is checked against, is still being written.
 #include "remat/checkpoint.h"
 
 #include <mutex>
@@ -100,6 +113,11 @@ class Frame final : public PackSink {
   /// Unpack: the recomputed tensor of `slot`, recomputing if needed.
   at::Tensor take(Slot& slot) {
     std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(
+        forward_done_ || selective_ == nullptr,
+        "remat::checkpoint: a region with a policy cannot run a backward "
+        "through its own operators during its forward (torch::autograd::grad "
+        "inside the checkpointed function); checkpoint it without a policy");
     if (!slot.recomputed.defined()) {
       recompute();
     }
@@ -109,12 +127,25 @@ class Frame final : public PackSink {
     return std::exchange(slot.recomputed, at::Tensor());
   }
 
+  /// fill(), then the tensor as a recording hook keeps it: detached, since
+  /// an output saved by its own node must not hold that node.
+  at::Tensor fill_and_keep(const at::Tensor& tensor) {
+    fill(tensor);
+    const SelectiveBypass bypass(selective_ != nullptr);
+    return tensor.detach();
+  }
+
   /// Recording pack during recomputation: the `index`-th saved tensor.
   void fill(const at::Tensor& tensor) override {
     // Bookkeeping, not the region's work (only a region with a policy
     // intercepts operators).
     const SelectiveBypass bypass(selective_ != nullptr);
     const int64_t index = recompute_count_++;
+    if (!forward_done_ && index >= static_cast<int64_t>(entries_.size())) {
+      // NOTE: [Gradients inside a region]: past what the forward has saved
+      // so far, nothing is needed.
+      return;
+    }
     TORCH_CHECK(
         index < static_cast<int64_t>(entries_.size()),
         "remat::checkpoint: recomputation saved more tensors than the forward "
@@ -142,6 +173,7 @@ class Frame final : public PackSink {
   std::vector<compat::NodePtr> input_accumulators_;
   std::vector<TensorRecord> outputs_;
   std::vector<SavedEntry> entries_;
+  bool forward_done_ = false;  // fn has returned from the region's forward
   std::unique_ptr<SelectiveRegion> selective_;  // with a policy only
   // State of the recomputation in progress (guarded by mutex_).
   std::mutex mutex_;
@@ -165,22 +197,23 @@ class ForwardHooks final : public SavedVariableHooks {
   std::shared_ptr<Slot> slot_;
 };
 
+// The hooks of a recomputation: each saved tensor fills its slot and is kept
+// as it is, for a backward through the recomputation's own graph (a
+// torch::autograd::grad that `fn` itself calls; NOTE: [Gradients inside a
+// region]). The recomputation's graph dies with its outputs.
 class RecordingHooks final : public SavedVariableHooks {
  public:
   explicit RecordingHooks(Frame* frame) : frame_(frame) {}
   void call_pack_hook(const at::Tensor& tensor) override {
-    frame_->fill(tensor);
+    kept_ = frame_->fill_and_keep(tensor);
   }
   at::Tensor call_unpack_hook() override {
-    TORCH_CHECK(
-        false,
-        "remat::checkpoint: backward through a recomputed region's own graph "
-        "is not supported (the recomputation's graph exists only to refill "
-        "saved tensors)");
+    return kept_;
   }
 
  private:
-  Frame* frame_;  // valid: recording hooks live only during recompute()
+  Frame* frame_;  // valid while packing: during recompute() only
+  at::Tensor kept_;
 };
 
 template <typename Hooks, typename FramePtr>
@@ -202,6 +235,7 @@ variable_list Frame::run_forward(const variable_list& inputs) {
     SelectiveScope selective(selective_.get(), /*sink=*/nullptr);
     outputs = fn_(inputs);
   }
+  forward_done_ = true;
   check_outputs(outputs);
   for (const auto& output : outputs) {
     outputs_.emplace_back(output, options_.determinism_check());
@@ -249,6 +283,9 @@ void Frame::recompute() {
     {
       SelectiveScope selective(selective_.get(), this);
       outputs = fn_(inputs);
+    }
+    if (!forward_done_) {
+      return;  // NOTE: [Gradients inside a region]: nothing to compare yet
     }
     check_recomputed_outputs(outputs, outputs_, options_.determinism_check());
     TORCH_CHECK(
