@@ -730,4 +730,60 @@ TEST(PlannedChain, RefusesAStageThatModifiesItsInputInPlace) {
   }
 }
 
+// A stage that runs a backward inside its forward (a gradient penalty)
+// cannot run where a plan does not keep its graph (grad mode off): the
+// profiler and the no-record forwards refuse it with autograd's error, the
+// stage's index, the mode and the way out; a store-all plan runs it.
+TEST(PlannedChain, AStageWithABackwardInsideIsRefusedWhereItRunsWithoutGrad) {
+  torch::manual_seed(3);
+  torch::nn::Linear first(6, 6);
+  torch::nn::Linear last(6, 6);
+  const std::vector<remat::Stage> stages = {
+      {[first](const torch::Tensor& x) mutable { return first(x); },
+       first.ptr()},
+      {[](const torch::Tensor& x) {
+         const torch::Tensor y = torch::tanh(x);
+         return y +
+                torch::autograd::grad({y.pow(2).sum()}, {x}, {}, true, true)[0];
+       },
+       nullptr},
+      {[last](const torch::Tensor& x) mutable { return last(x); }, last.ptr()},
+  };
+  const torch::Tensor input = torch::randn({5, 6});
+  const auto expect_refused = [](const std::function<void()>& run) {
+    try {
+      run();
+      ADD_FAILURE() << "expected an error";
+    } catch (const c10::Error& error) {
+      const std::string message = error.what_without_backtrace();
+      for (const char* part :
+           {"does not require grad",
+            "remat: raised by the forward of stage 1; it ran with grad mode "
+            "off",
+            "a stage cannot run torch::autograd::grad inside its forward"}) {
+        EXPECT_NE(message.find(part), std::string::npos) << message;
+      }
+    }
+  };
+  expect_refused([&] { remat::profile_chain(stages, input); });
+  expect_refused([&] {
+    remat::PlannedChain net(
+        stages, remat::planner::plan_from_string("R0 N1 R2 B2 R1 B1 B0"));
+    net->forward(input.clone().requires_grad_()).sum().backward();
+  });
+  // Recorded, the stage runs as in plain autograd.
+  first->zero_grad();
+  torch::Tensor value = input.clone().requires_grad_();
+  for (const remat::Stage& stage : stages) {
+    value = stage.forward(value);
+  }
+  value.sum().backward();
+  const torch::Tensor expected = first->weight.grad().clone();
+  first->zero_grad();
+  remat::PlannedChain net(
+      stages, remat::planner::plan_from_string("R0 R1 R2 B2 B1 B0"));
+  net->forward(input.clone().requires_grad_()).sum().backward();
+  EXPECT_TRUE(torch::equal(first->weight.grad(), expected));
+}
+
 }  // namespace

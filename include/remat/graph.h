@@ -72,7 +72,8 @@ inline constexpr int kGraphInput = static_cast<int>(planner::kGraphInput);
 /// Contract: as Stage's (remat/stage.h): one defined tensor returned, no
 /// tensor read besides the arguments except constants, the arguments left
 /// unchanged (no in-place operation on them; checked, c10::Error naming the
-/// stage and the value), randomness from LibTorch's default generators.
+/// stage and the value), randomness from LibTorch's default generators, no
+/// backward of its own (torch::autograd::grad inside the stage).
 ///
 /// Example (stage 2 joins the input of the graph and stage 1's output):
 // clang-format off

@@ -47,7 +47,12 @@ namespace remat {
 /// argument unchanged (no in-place operation on it: a plan runs the stage
 /// again on the same tensor); the executors and profilers check this and
 /// throw c10::Error naming the stage. Its randomness comes from LibTorch's
-/// default generators, so recomputation can replay it.
+/// default generators, so recomputation can replay it. It runs no backward
+/// of its own: a forward whose graph a plan does not keep runs with grad
+/// mode off, where torch::autograd::grad inside the stage (a gradient
+/// penalty) cannot work; that error gets the stage's index and "grad mode
+/// off" as context. Checkpoint such a block with remat::checkpoint
+/// (non-reentrant) instead.
 struct Stage {
   std::function<torch::Tensor(const torch::Tensor&)> forward;
   std::shared_ptr<torch::nn::Module> module;

@@ -574,10 +574,24 @@ torch::Tensor checked_forward(
   } catch (c10::Error& error) {
     const bool in_place = std::string(error.msg()).find("in-place operation") !=
                           std::string::npos;
+    // A forward that records nothing runs under no-grad, where a backward
+    // inside the stage (torch::autograd::grad) fails in autograd's words,
+    // which say nothing of the mode: say it.
+    const bool no_grad = !c10::GradMode::is_enabled();
+    const bool inner_backward =
+        no_grad &&
+        std::string(error.msg()).find("require grad") != std::string::npos;
     error.add_context(c10::str(
         "remat: raised by the forward of stage ",
         index,
-        in_place ? "; a stage must not modify its inputs in place" : ""));
+        in_place ? "; a stage must not modify its inputs in place" : "",
+        no_grad ? "; it ran with grad mode off (a forward whose graph the plan "
+                  "does not keep)"
+                : "",
+        inner_backward ? "; a stage cannot run torch::autograd::grad inside "
+                         "its forward: checkpoint such a block with "
+                         "remat::checkpoint instead"
+                       : ""));
     throw;
   }
   for (size_t k = 0; k < inputs.size(); ++k) {
