@@ -3,11 +3,11 @@
 #   make test   install dependencies, build everything, run every test (what CI runs)
 # The version matrix (Debian roots made by scripts/torch-env.sh; needs root):
 #   make test-matrix        what CI runs after `make test`: test-sid and build-trixie-cuda
-#   make test-sid           LibTorch 2.14.1 (Debian unstable): build, test, install-check
+#   make test-sid           LibTorch 2.14.1 (Debian unstable), ASan+UBSan: build, test, install-check
 #   make test-trixie        LibTorch 2.6.0 CPU (Debian 13): build, test, install-check
-#   make build-trixie-cuda  LibTorch 2.6.0 CUDA 12.4: compile and link every target
-# Other targets: build, install-check, sanitize (ASan+UBSan test run without remat::distributed;
-#   CI runs it), format, clean,
+#   make build-trixie-cuda  LibTorch 2.6.0 CUDA 12.4: compile and link the library, tool, CUDA tests, examples
+# Other targets: build, install-check, sanitize (ASan+UBSan test run on this machine's
+#   LibTorch), format, clean,
 #   bench (run every benchmark scenario, regenerate docs/benchmarks.md),
 #   bench-sid (E3 on LibTorch and PyTorch 2.14: docs/benchmarks-libtorch-2.14.md).
 
@@ -29,8 +29,10 @@ setup:
 configure: $(SETUP)
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
 
+# BUILD_TARGETS: the targets to build (empty: all of them).
+BUILD_TARGETS ?=
 build: configure
-	cmake --build $(BUILD) -j $(JOBS)
+	cmake --build $(BUILD) -j $(JOBS) $(if $(BUILD_TARGETS),--target $(BUILD_TARGETS))
 
 # Builds only what the demo runs: the planner, the runtime, the models and the tool.
 demo: configure
@@ -61,29 +63,38 @@ test: unit-tests install-check
 # ---- the version matrix: the checkout copied into a Debian root and built there
 test-matrix: test-sid build-trixie-cuda
 
+# LibTorch 2.14 is built with AddressSanitizer + UBSan (the checks of `make sanitize`):
+# one build in CI for both. Leak reports are off: LibTorch keeps its globals to exit.
 test-sid:
-	bash scripts/torch-env.sh sid run 'make unit-tests install-check SETUP= BUILD=build-sid'
+	bash scripts/torch-env.sh sid run 'ASAN_OPTIONS=detect_leaks=0 make unit-tests install-check \
+	  SETUP= BUILD=build-sid CMAKE_ARGS="$(SANITIZE_CMAKE_ARGS)" \
+	  EXAMPLES_CMAKE_ARGS="$(SANITIZE_EXAMPLES_ARGS)"'
 
 test-trixie:
 	bash scripts/torch-env.sh trixie run 'make unit-tests install-check SETUP= BUILD=build-trixie'
 
 # cuDNN cannot be installed from Debian's archive here (its package downloads it), so
 # executables link with cuDNN's symbols unresolved; they cannot run without a GPU anyway.
+# What is compiled and linked: the library, the tool, the CUDA tests and the examples,
+# in the configuration of a machine without Gloo's headers (no remat::distributed),
+# which CI checks only here. The CPU tests and the benchmarks are not compiled: the
+# same sources build against 1.13 (`make test`) and 2.14 (`make test-sid`). Nothing
+# built here runs, so it is compiled without optimisation (build type None: fastest).
 CUDA_LINK = -DCMAKE_EXE_LINKER_FLAGS=-Wl,--unresolved-symbols=ignore-in-shared-libs
+CUDA_CMAKE_ARGS = $(CUDA_LINK) -DREMAT_BUILD_DISTRIBUTED=OFF -DREMAT_BUILD_BENCH=OFF
 build-trixie-cuda:
 	bash scripts/torch-env.sh trixie-cuda run 'make install-check-build SETUP= \
-	  BUILD=build-trixie-cuda CMAKE_ARGS="$(CUDA_LINK)" EXAMPLES_CMAKE_ARGS="$(CUDA_LINK)"'
+	  BUILD=build-trixie-cuda BUILD_TYPE=None BUILD_TARGETS="remat_cli cuda_test" \
+	  CMAKE_ARGS="$(CUDA_CMAKE_ARGS)" EXAMPLES_CMAKE_ARGS="$(CUDA_LINK)"'
 
-# AddressSanitizer + UBSan over every test, in an optimised build (-O1, line
-# tables for the reports): a Debug build made the planner's exhaustive tests
-# too slow to run in CI, which runs this after `make test`. It is also the
-# build without remat::distributed (REMAT_BUILD_DISTRIBUTED=OFF: what a
-# machine without libgloo-dev gets), so CI checks that everything else builds
-# and passes without it; `make test` and the matrix test distributed training.
+# AddressSanitizer + UBSan over every test on this machine's LibTorch (-O1, line
+# tables for the reports: REMAT_SANITIZE). CI runs the same checks on LibTorch 2.14
+# (`make test-sid`), which is built sanitized for it.
+SANITIZE_CMAKE_ARGS = -DREMAT_SANITIZE=ON -DREMAT_BUILD_BENCH=OFF
+# Examples link to the sanitized libraries, so they take the sanitizers' runtime.
+SANITIZE_EXAMPLES_ARGS = -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined
 sanitize: $(SETUP)
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DREMAT_SANITIZE=ON -DREMAT_BUILD_BENCH=OFF \
-	  -DREMAT_BUILD_DISTRIBUTED=OFF
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Release $(SANITIZE_CMAKE_ARGS)
 	cmake --build build-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure -j $(JOBS)
 
