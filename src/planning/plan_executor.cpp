@@ -572,15 +572,15 @@ torch::Tensor checked_forward(
   try {
     output = run();
   } catch (c10::Error& error) {
-    const bool in_place = std::string(error.msg()).find("in-place operation") !=
-                          std::string::npos;
+    const std::string message = error.msg();
+    const bool in_place =
+        message.find("in-place operation") != std::string::npos;
     // A forward that records nothing runs under no-grad, where a backward
     // inside the stage (torch::autograd::grad) fails in autograd's words,
     // which say nothing of the mode: say it.
     const bool no_grad = !c10::GradMode::is_enabled();
     const bool inner_backward =
-        no_grad &&
-        std::string(error.msg()).find("require grad") != std::string::npos;
+        no_grad && message.find("require grad") != std::string::npos;
     error.add_context(c10::str(
         "remat: raised by the forward of stage ",
         index,
