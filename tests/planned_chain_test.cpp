@@ -671,6 +671,20 @@ TEST(PlannedChain, RefusesEmptyChainsStagesWithoutForwardAndBadPlans) {
       "remat::profile_chain: expected at least one stage, got none");
 }
 
+// Three stages: `first`, then `middle` (no module), then a new Linear(6, 6);
+// the middle stage is the one a test puts under a plan.
+std::vector<remat::Stage> between_two_linears(
+    torch::nn::Linear first,
+    std::function<torch::Tensor(const torch::Tensor&)> middle) {
+  torch::nn::Linear last(6, 6);
+  return {
+      {[first](const torch::Tensor& x) mutable { return first(x); },
+       first.ptr()},
+      {std::move(middle), nullptr},
+      {[last](const torch::Tensor& x) mutable { return last(x); }, last.ptr()},
+  };
+}
+
 // A stage that modifies its input in place (legal in plain autograd when
 // the producer saved nothing of it) would, run again under a plan, read
 // the changed value: every schedule and the profiler refuse it, naming the
@@ -678,17 +692,11 @@ TEST(PlannedChain, RefusesEmptyChainsStagesWithoutForwardAndBadPlans) {
 TEST(PlannedChain, RefusesAStageThatModifiesItsInputInPlace) {
   torch::manual_seed(2);
   torch::nn::Linear first(6, 6);
-  torch::nn::Linear last(6, 6);
-  const std::vector<remat::Stage> stages = {
-      {[first](const torch::Tensor& x) mutable { return first(x); },
-       first.ptr()},
-      {[](const torch::Tensor& x) {
-         torch::Tensor doubled = x.mul_(2);
-         return doubled * doubled;
-       },
-       nullptr},
-      {[last](const torch::Tensor& x) mutable { return last(x); }, last.ptr()},
-  };
+  const std::vector<remat::Stage> stages =
+      between_two_linears(first, [](const torch::Tensor& x) {
+        torch::Tensor doubled = x.mul_(2);
+        return doubled * doubled;
+      });
   const torch::Tensor input = torch::randn({5, 6});
   // Plain autograd runs it.
   torch::Tensor value = input.clone().requires_grad_();
@@ -737,18 +745,12 @@ TEST(PlannedChain, RefusesAStageThatModifiesItsInputInPlace) {
 TEST(PlannedChain, AStageWithABackwardInsideIsRefusedWhereItRunsWithoutGrad) {
   torch::manual_seed(3);
   torch::nn::Linear first(6, 6);
-  torch::nn::Linear last(6, 6);
-  const std::vector<remat::Stage> stages = {
-      {[first](const torch::Tensor& x) mutable { return first(x); },
-       first.ptr()},
-      {[](const torch::Tensor& x) {
-         const torch::Tensor y = torch::tanh(x);
-         return y +
-                torch::autograd::grad({y.pow(2).sum()}, {x}, {}, true, true)[0];
-       },
-       nullptr},
-      {[last](const torch::Tensor& x) mutable { return last(x); }, last.ptr()},
-  };
+  const std::vector<remat::Stage> stages =
+      between_two_linears(first, [](const torch::Tensor& x) {
+        const torch::Tensor y = torch::tanh(x);
+        return y +
+               torch::autograd::grad({y.pow(2).sum()}, {x}, {}, true, true)[0];
+      });
   const torch::Tensor input = torch::randn({5, 6});
   const auto expect_refused = [](const std::function<void()>& run) {
     try {
