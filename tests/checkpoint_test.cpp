@@ -271,6 +271,52 @@ TEST_P(Equivalence, InputsThatDoNotRequireGradWork) {
   EXPECT_TRUE(bitwise_equal(plain_grad, w.grad()));
 }
 
+// Inputs as real programs pass them: a boolean mask, integer indices, the
+// same tensor twice, a view of another input, a 0-dim scale, an empty
+// batch. The gradients of every float input and parameter match the plain
+// run.
+TEST_P(Equivalence, InputsOfEveryKindMatchThePlainRun) {
+  torch::manual_seed(12);
+  torch::nn::Linear layer(4, 4);
+  const auto region = [&](const variable_list& in) {
+    torch::Tensor h = torch::tanh(layer(in[0])) * in[3] + in[4];
+    h = h.masked_fill(in[1], 0.0);
+    return variable_list{h.index_select(0, in[2]) * in[5] + in[0].sum()};
+  };
+  for (int64_t batch : {3, 0}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const torch::Tensor base = torch::randn({batch, 4});
+    const torch::Tensor mask = torch::rand({batch, 4}) > 0.5;
+    const torch::Tensor indices = batch > 0
+                                      ? torch::tensor({2, 0, 2}, torch::kLong)
+                                      : torch::empty({0}, torch::kLong);
+    const torch::Tensor scale = torch::tensor(1.5);
+    const auto run = [&](bool checkpointed) {
+      layer->zero_grad();
+      torch::Tensor x = base.clone().requires_grad_();
+      torch::Tensor s = scale.clone().requires_grad_();
+      // x twice (as itself and as a view of itself), s as a 0-dim factor.
+      const variable_list inputs{x, mask, indices, s, x.narrow(1, 0, 4), s};
+      const variable_list outs =
+          checkpointed
+              ? remat::checkpoint(
+                    region, inputs, CheckpointOptions().mode(GetParam()))
+              : region(inputs);
+      outs[0].pow(2).sum().backward();
+      return variable_list{
+          layer->weight.grad().clone(),
+          layer->bias.grad().clone(),
+          x.grad(),
+          s.grad()};
+    };
+    const variable_list plain = run(false);
+    const variable_list checkpointed = run(true);
+    for (size_t k = 0; k < plain.size(); ++k) {
+      EXPECT_TRUE(bitwise_equal(plain[k], checkpointed[k])) << "gradient " << k;
+    }
+  }
+}
+
 // A region may return what it did not compute: its input, a parameter, a
 // tensor it closes over. The reentrant function once made itself the grad_fn
 // of a returned parameter, so the next backward through that parameter led
