@@ -271,6 +271,23 @@ TEST(RunCli, MalformedChainJsonExitsOne) {
   write_file(path, "{ not json");
   result = run_in_process({"plan", path.string()});
   EXPECT_EQ(result.exit_code, 1) << describe(result);
+
+  // A graph file whose first stage lost its list of inputs is still read as
+  // a graph, and the stage without one is named.
+  const std::string stage =
+      R"("forward_ms": 1, "backward_ms": 1, "output_bytes": 8, )"
+      R"("saved_bytes": 8, "forward_tmp_bytes": 0, "record_tmp_bytes": 0, )"
+      R"("backward_tmp_bytes": 0)";
+  write_file(
+      path,
+      R"({"input_bytes": 8, "stages": [{)" + stage + R"(}, {)" + stage +
+          R"(, "inputs": [0]}]})");
+  result = run_in_process({"plan", path.string()});
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(result.err.find("not a valid graph JSON"), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("stages[0].inputs"), std::string::npos)
+      << result.err;
 }
 
 TEST(RunCli, InfeasibleBudgetExitsTwoWithTheMinimum) {

@@ -1,4 +1,5 @@
 // common.cpp: flag registration and file helpers shared by the commands.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -138,12 +139,18 @@ std::string read_regular_file(
 
 StageCosts read_costs_file(const std::string& flag, const std::string& path) {
   const std::string text = read_regular_file(flag, path);
-  // A graph's stages list what they read; a chain's do not.
+  // A graph's stages list what they read; a chain's do not. A file where
+  // only some stages do is read as a graph, whose reader names the stage
+  // that lacks its list.
   const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
   const bool graph = !json.is_discarded() && json.is_object() &&
                      json.contains("stages") && json["stages"].is_array() &&
-                     !json["stages"].empty() && json["stages"][0].is_object() &&
-                     json["stages"][0].contains("inputs");
+                     std::any_of(
+                         json["stages"].begin(),
+                         json["stages"].end(),
+                         [](const nlohmann::json& stage) {
+                           return stage.is_object() && stage.contains("inputs");
+                         });
   try {
     if (graph) {
       return planner::graph_from_json(text);
