@@ -661,45 +661,59 @@ torch::Tensor run_chain(
   return x;
 }
 
-// Both forwards' records live at once and each backward finds its own.
-TEST(Hostile, TwoForwardsBeforeOneBackwardMatchThePlainRun) {
-  OverlapNet net;
+using Layer = std::function<torch::Tensor(const torch::Tensor&)>;
+// What one step leaves: gradients (parameters, then leaves) and buffers.
+using Gradients = std::vector<torch::Tensor>;
+
+// Runs `step` (a training step around one layer) with the layer run plainly,
+// then planned by each chain plan in `chain_plans` and each graph schedule of
+// `graph_modes` (profiled on a [5, 8] input), and checks every planned step
+// bitwise against the plain one of its kind.
+void expect_planned_layers_match(
+    const OverlapNet& net,
+    const std::vector<const char*>& chain_plans,
+    const std::vector<std::vector<remat::planner::StageMode>>& graph_modes,
+    const std::function<Gradients(const Layer&)>& step) {
   const std::vector<remat::Stage> chain = net.chain();
-  const std::vector<remat::GraphStage> graph = net.graph();
-  const auto plain_chain = net.accumulated_step(
-      [&](const torch::Tensor& x) { return run_chain(chain, x); });
-  for (const char* text :
-       {"C0 N1 R2 B2 R0 R1 B1 B0", "C0 C1 R2 B2 R1 B1 R0 B0"}) {
+  const Gradients plain_chain =
+      step([&](const torch::Tensor& x) { return run_chain(chain, x); });
+  for (const char* text : chain_plans) {
     SCOPED_TRACE(text);
     remat::PlannedChain planned(chain, remat::planner::plan_from_string(text));
     remat::testing::expect_all_bitwise_equal(
         plain_chain,
-        net.accumulated_step(
-            [&](const torch::Tensor& x) { return planned->forward(x); }),
+        step([&](const torch::Tensor& x) { return planned->forward(x); }),
         "chain");
   }
-  const auto plain_graph = net.accumulated_step(
-      [&](const torch::Tensor& x) { return remat::run_graph(graph, x); });
+  const std::vector<remat::GraphStage> graph = net.graph();
+  const Gradients plain_graph =
+      step([&](const torch::Tensor& x) { return remat::run_graph(graph, x); });
   const remat::planner::Graph structure = remat::profile_graph(
       graph,
       torch::randn({5, 8}),
       remat::ProfileOptions().warmup(0).repeats(1));
-  using remat::planner::StageMode;
-  for (const auto& modes : std::vector<std::vector<StageMode>>{
-           {StageMode::kRecompute, StageMode::kRecompute, StageMode::kRecord},
-           {StageMode::kCheckpoint,
-            StageMode::kRecompute,
-            StageMode::kRecord}}) {
+  for (const auto& modes : graph_modes) {
     const remat::planner::Plan plan =
         remat::planner::schedule_graph(structure, modes);
     SCOPED_TRACE(plan.to_string());
     remat::PlannedGraph planned(graph, plan);
     remat::testing::expect_all_bitwise_equal(
         plain_graph,
-        net.accumulated_step(
-            [&](const torch::Tensor& x) { return planned->forward(x); }),
+        step([&](const torch::Tensor& x) { return planned->forward(x); }),
         "graph");
   }
+}
+
+// Both forwards' records live at once and each backward finds its own.
+TEST(Hostile, TwoForwardsBeforeOneBackwardMatchThePlainRun) {
+  OverlapNet net;
+  using remat::planner::StageMode;
+  expect_planned_layers_match(
+      net,
+      {"C0 N1 R2 B2 R0 R1 B1 B0", "C0 C1 R2 B2 R1 B1 R0 B0"},
+      {{StageMode::kRecompute, StageMode::kRecompute, StageMode::kRecord},
+       {StageMode::kCheckpoint, StageMode::kRecompute, StageMode::kRecord}},
+      [&](const Layer& layer) { return net.accumulated_step(layer); });
 }
 
 // A stage that throws while it is recomputed in backward leaves the buffers
@@ -750,92 +764,52 @@ TEST(Hostile, AStageThrowingDuringRecomputationLeavesNothingHalfChanged) {
 // the gradient of the program's leaf, of every parameter and the buffers.
 TEST(Hostile, PlannedNetsComposedIntoLargerProgramsMatchThePlainRun) {
   OverlapNet net;
-  const std::vector<remat::Stage> chain = net.chain();
-  const std::vector<remat::GraphStage> graph = net.graph();
   const torch::Tensor data = torch::randn({7, 8});
-  const auto step =
-      [&](const std::function<torch::Tensor(
-              const std::function<torch::Tensor(const torch::Tensor&)>&,
-              const torch::Tensor&)>& program,
-          const std::function<torch::Tensor(const torch::Tensor&)>& layer) {
-        net.restart();
-        torch::manual_seed(11);
-        torch::Tensor leaf = data.clone().requires_grad_();
-        program(layer, leaf).pow(2).sum().backward();
-        std::vector<torch::Tensor> result = grads_of(*net.modules);
-        result.push_back(leaf.grad());
-        for (const auto& buffer : net.modules->buffers()) {
-          result.push_back(buffer.clone());
-        }
-        return result;
-      };
-  using Layer = std::function<torch::Tensor(const torch::Tensor&)>;
-  const std::vector<std::pair<
-      std::string,
-      std::function<torch::Tensor(const Layer&, const torch::Tensor&)>>>
-      programs = {
-          {"a computed input",
-           [](const Layer& layer, const torch::Tensor& x) {
-             return layer(torch::sin(x.narrow(0, 0, 5)) * 3);
-           }},
-          {"a view input",
-           [](const Layer& layer, const torch::Tensor& x) {
-             return layer(x.narrow(0, 2, 5));
-           }},
-          {"the layer twice in a row",
-           [](const Layer& layer, const torch::Tensor& x) {
-             return layer(layer(x.narrow(0, 1, 5)));
-           }},
-          {"inside remat::checkpoint",
-           [](const Layer& layer, const torch::Tensor& x) {
-             return remat::checkpoint(
-                 [&layer](const torch::Tensor& y) { return layer(y) * 2; },
-                 x.narrow(0, 0, 5));
-           }},
-      };
-  const remat::planner::Graph structure = remat::profile_graph(
-      graph,
-      torch::randn({5, 8}),
-      remat::ProfileOptions().warmup(0).repeats(1));
+  using Program =
+      std::function<torch::Tensor(const Layer&, const torch::Tensor&)>;
+  const std::vector<std::pair<std::string, Program>> programs = {
+      {"a computed input",
+       [](const Layer& layer, const torch::Tensor& x) {
+         return layer(torch::sin(x.narrow(0, 0, 5)) * 3);
+       }},
+      {"a view input",
+       [](const Layer& layer, const torch::Tensor& x) {
+         return layer(x.narrow(0, 2, 5));
+       }},
+      {"the layer twice in a row",
+       [](const Layer& layer, const torch::Tensor& x) {
+         return layer(layer(x.narrow(0, 1, 5)));
+       }},
+      {"inside remat::checkpoint",
+       [](const Layer& layer, const torch::Tensor& x) {
+         return remat::checkpoint(
+             [&layer](const torch::Tensor& y) { return layer(y) * 2; },
+             x.narrow(0, 0, 5));
+       }},
+  };
   using remat::planner::StageMode;
   for (const auto& [name, program] : programs) {
     SCOPED_TRACE(name);
-    const auto plain_chain = step(
-        program, [&](const torch::Tensor& x) { return run_chain(chain, x); });
-    for (const char* text :
-         {"R0 R1 R2 B2 B1 B0",
-          "C0 N1 R2 B2 R0 R1 B1 B0",
-          "C0 C1 R2 B2 R1 B1 R0 B0"}) {
-      SCOPED_TRACE(text);
-      remat::PlannedChain planned(
-          chain, remat::planner::plan_from_string(text));
-      remat::testing::expect_all_bitwise_equal(
-          plain_chain,
-          step(
-              program,
-              [&](const torch::Tensor& x) { return planned->forward(x); }),
-          "chain");
-    }
-    const auto plain_graph = step(program, [&](const torch::Tensor& x) {
-      return remat::run_graph(graph, x);
-    });
-    for (const auto& modes : std::vector<std::vector<StageMode>>{
-             {StageMode::kRecord, StageMode::kRecord, StageMode::kRecord},
-             {StageMode::kRecompute, StageMode::kRecompute, StageMode::kRecord},
-             {StageMode::kCheckpoint,
-              StageMode::kRecompute,
-              StageMode::kRecord}}) {
-      const remat::planner::Plan plan =
-          remat::planner::schedule_graph(structure, modes);
-      SCOPED_TRACE(plan.to_string());
-      remat::PlannedGraph planned(graph, plan);
-      remat::testing::expect_all_bitwise_equal(
-          plain_graph,
-          step(
-              program,
-              [&](const torch::Tensor& x) { return planned->forward(x); }),
-          "graph");
-    }
+    expect_planned_layers_match(
+        net,
+        {"R0 R1 R2 B2 B1 B0",
+         "C0 N1 R2 B2 R0 R1 B1 B0",
+         "C0 C1 R2 B2 R1 B1 R0 B0"},
+        {{StageMode::kRecord, StageMode::kRecord, StageMode::kRecord},
+         {StageMode::kRecompute, StageMode::kRecompute, StageMode::kRecord},
+         {StageMode::kCheckpoint, StageMode::kRecompute, StageMode::kRecord}},
+        [&, &program = program](const Layer& layer) {
+          net.restart();
+          torch::manual_seed(11);
+          torch::Tensor leaf = data.clone().requires_grad_();
+          program(layer, leaf).pow(2).sum().backward();
+          Gradients result = grads_of(*net.modules);
+          result.push_back(leaf.grad());
+          for (const auto& buffer : net.modules->buffers()) {
+            result.push_back(buffer.clone());
+          }
+          return result;
+        });
   }
 }
 
