@@ -237,8 +237,12 @@ Section run_e3(const E3Options& options, const Context& context) {
     table.columns.push_back(column);
   }
   table.columns.push_back("max grad diff");
+  table.columns.push_back("PyTorch activation peak");
   table.columns.push_back("PyTorch memory ratio");
   table.columns.push_back("PyTorch time ratio [95% CI]");
+  // remat's peak minus PyTorch's, in bytes, per recipe both sides run: the
+  // ratios divide by each side's own `none`, whose peaks differ too.
+  std::ostringstream differences;
   for (size_t r = 0; r < result.configurations.size(); ++r) {
     const Measurement& measured = result.configurations[r];
     std::vector<Cell> row{
@@ -256,14 +260,20 @@ Section run_e3(const E3Options& options, const Context& context) {
         pytorch_none != pytorch.by_kind.end()) {
       const Measurement& theirs = counterpart->second;
       const Measurement& their_none = pytorch_none->second;
-      row.push_back(
-          pytorch.memory_measured
-              ? Cell::ratio(
-                    static_cast<double>(theirs.peak_bytes) /
-                    static_cast<double>(their_none.peak_bytes))
-              : Cell::empty());
+      if (pytorch.memory_measured) {
+        row.push_back(Cell::bytes(theirs.peak_bytes));
+        row.push_back(Cell::ratio(
+            static_cast<double>(theirs.peak_bytes) /
+            static_cast<double>(their_none.peak_bytes)));
+        differences << (differences.tellp() > 0 ? "; " : "") << measured.name
+                    << " " << (measured.peak_bytes - theirs.peak_bytes);
+      } else {
+        row.push_back(Cell::empty());
+        row.push_back(Cell::empty());
+      }
       row.push_back(paired_ratio_cell(theirs.step_ms, their_none.step_ms));
     } else {
+      row.push_back(Cell::empty());
       row.push_back(Cell::empty());
       row.push_back(Cell::empty());
     }
@@ -308,6 +318,11 @@ Section run_e3(const E3Options& options, const Context& context) {
     note << " PyTorch `none`: activation peak "
          << Cell::bytes(pytorch_none->second.peak_bytes).markdown() << ", step "
          << Cell::ms(pytorch_none->second.step().median).markdown() << " ms.";
+  }
+  if (differences.tellp() > 0) {
+    note << " remat's activation peak minus PyTorch's, in bytes (the same "
+            "model, each process's own meter): "
+         << differences.str() << ".";
   }
   section.add_text(note.str());
   section.add_text(pytorch.about);
