@@ -5,6 +5,7 @@
 // and parameter gradients (and BatchNorm running statistics) to be bitwise
 // equal: the recomputation replays the forward exactly on CPU.
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include <ATen/autocast_mode.h>
@@ -274,7 +275,8 @@ TEST_P(Equivalence, InputsThatDoNotRequireGradWork) {
 // Inputs as real programs pass them: a boolean mask, integer indices, the
 // same tensor twice, a view of another input, a 0-dim scale, an empty
 // batch. The gradients of every float input and parameter match the plain
-// run.
+// run, under the default recomputation check and the bitwise values check
+// (whose comparison must also take empty tensors).
 TEST_P(Equivalence, InputsOfEveryKindMatchThePlainRun) {
   torch::manual_seed(12);
   torch::nn::Linear layer(4, 4);
@@ -291,17 +293,19 @@ TEST_P(Equivalence, InputsOfEveryKindMatchThePlainRun) {
                                       ? torch::tensor({2, 0, 2}, torch::kLong)
                                       : torch::empty({0}, torch::kLong);
     const torch::Tensor scale = torch::tensor(1.5);
-    const auto run = [&](bool checkpointed) {
+    const auto run = [&](std::optional<DeterminismCheck> check) {
       layer->zero_grad();
       torch::Tensor x = base.clone().requires_grad_();
       torch::Tensor s = scale.clone().requires_grad_();
       // x twice (as itself and as a view of itself), s as a 0-dim factor.
       const variable_list inputs{x, mask, indices, s, x.narrow(1, 0, 4), s};
-      const variable_list outs =
-          checkpointed
-              ? remat::checkpoint(
-                    region, inputs, CheckpointOptions().mode(GetParam()))
-              : region(inputs);
+      const variable_list outs = check ? remat::checkpoint(
+                                             region,
+                                             inputs,
+                                             CheckpointOptions()
+                                                 .mode(GetParam())
+                                                 .determinism_check(*check))
+                                       : region(inputs);
       outs[0].pow(2).sum().backward();
       return variable_list{
           layer->weight.grad().clone(),
@@ -309,10 +313,14 @@ TEST_P(Equivalence, InputsOfEveryKindMatchThePlainRun) {
           x.grad(),
           s.grad()};
     };
-    const variable_list plain = run(false);
-    const variable_list checkpointed = run(true);
-    for (size_t k = 0; k < plain.size(); ++k) {
-      EXPECT_TRUE(bitwise_equal(plain[k], checkpointed[k])) << "gradient " << k;
+    const variable_list plain = run(std::nullopt);
+    for (auto check :
+         {DeterminismCheck::kMetadata, DeterminismCheck::kValues}) {
+      const variable_list checkpointed = run(check);
+      for (size_t k = 0; k < plain.size(); ++k) {
+        EXPECT_TRUE(bitwise_equal(plain[k], checkpointed[k]))
+            << "gradient " << k << ", check " << static_cast<int>(check);
+      }
     }
   }
 }

@@ -42,7 +42,10 @@ inline ::testing::AssertionResult bitwise_equal(
   // On the host, so that device tensors compare the same way.
   auto a = expected.detach().cpu().contiguous();
   auto b = actual.detach().cpu().contiguous();
-  if (std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0) {
+  // An empty tensor may have no storage (a null data pointer, which memcmp
+  // must not be given even for zero bytes).
+  if (a.nbytes() == 0 ||
+      std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0) {
     return ::testing::AssertionSuccess();
   }
   return ::testing::AssertionFailure()

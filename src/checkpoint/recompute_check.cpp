@@ -68,7 +68,9 @@ bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
   c10::NoGradGuard no_grad;
   auto a_cpu = a.detach().to(at::kCPU).contiguous();
   auto b_cpu = b.detach().to(at::kCPU).contiguous();
-  return std::memcmp(a_cpu.data_ptr(), b_cpu.data_ptr(), a_cpu.nbytes()) == 0;
+  // An empty tensor may have no storage: memcmp must not see its null pointer.
+  return a_cpu.nbytes() == 0 ||
+         std::memcmp(a_cpu.data_ptr(), b_cpu.data_ptr(), a_cpu.nbytes()) == 0;
 }
 
 void check_outputs(const torch::autograd::variable_list& outputs) {

@@ -24,7 +24,9 @@ bool bitwise_equal(const torch::Tensor& lhs, const torch::Tensor& rhs) {
   }
   const auto left = lhs.to(torch::kCPU).contiguous();
   const auto right = rhs.to(torch::kCPU).contiguous();
-  return std::memcmp(left.data_ptr(), right.data_ptr(), left.nbytes()) == 0;
+  // An empty tensor may have no storage: memcmp must not see its null pointer.
+  return left.nbytes() == 0 ||
+         std::memcmp(left.data_ptr(), right.data_ptr(), left.nbytes()) == 0;
 }
 
 double max_abs_difference(const torch::Tensor& lhs, const torch::Tensor& rhs) {
