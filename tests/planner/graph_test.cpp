@@ -150,6 +150,19 @@ double fastest_within(const Enumerated& all, int64_t budget) {
   return best;
 }
 
+// solve_optimal's plan at `budget` is valid, within the budget, and as fast
+// as the fastest enumerated plan that fits it.
+void expect_fastest_within(
+    const Graph& graph, const Enumerated& all, int64_t budget) {
+  const std::optional<Plan> plan = solve_optimal(graph, budget);
+  ASSERT_TRUE(plan.has_value()) << "budget " << budget;
+  const Simulation sim = simulate(graph, *plan);
+  ASSERT_TRUE(sim.valid) << sim.error;
+  EXPECT_LE(sim.peak_bytes, budget);
+  EXPECT_DOUBLE_EQ(sim.time_ms, fastest_within(all, budget))
+      << "budget " << budget;
+}
+
 TEST(Graph, RefusesBadStructureNamingTheStage) {
   const StageCost c = cost(10, 10);
   EXPECT_NE(
@@ -340,15 +353,10 @@ TEST(GraphSolvers, EqualTheEnumerationOfTheirPlansOnSmallGraphs) {
         simulate(graph, solve_min_memory(graph)).peak_bytes, all.min_peak);
     const int64_t most = simulate(graph, solve_store_all(graph)).peak_bytes;
     EXPECT_FALSE(solve_optimal(graph, all.min_peak - 1).has_value());
+    SCOPED_TRACE("trial " + std::to_string(trial));
     for (int step = 0; step <= 8; ++step) {
-      const int64_t budget = all.min_peak + (most - all.min_peak) * step / 8;
-      const std::optional<Plan> plan = solve_optimal(graph, budget);
-      ASSERT_TRUE(plan.has_value()) << budget;
-      const Simulation sim = simulate(graph, *plan);
-      ASSERT_TRUE(sim.valid) << sim.error;
-      EXPECT_LE(sim.peak_bytes, budget);
-      EXPECT_DOUBLE_EQ(sim.time_ms, fastest_within(all, budget))
-          << "trial " << trial << " budget " << budget;
+      expect_fastest_within(
+          graph, all, all.min_peak + (most - all.min_peak) * step / 8);
     }
   }
 }
@@ -370,15 +378,10 @@ TEST(GraphSolvers, ExactSearchEqualsTheEnumerationAboveTheExhaustiveLimit) {
     EXPECT_EQ(
         simulate(graph, solve_min_memory(graph)).peak_bytes, all.min_peak);
     const int64_t most = simulate(graph, solve_store_all(graph)).peak_bytes;
+    SCOPED_TRACE("trial " + std::to_string(trial));
     for (int step = 0; step <= 4; ++step) {
-      const int64_t budget = all.min_peak + (most - all.min_peak) * step / 4;
-      const std::optional<Plan> plan = solve_optimal(graph, budget);
-      ASSERT_TRUE(plan.has_value());
-      const Simulation sim = simulate(graph, *plan);
-      ASSERT_TRUE(sim.valid) << sim.error;
-      EXPECT_LE(sim.peak_bytes, budget);
-      EXPECT_DOUBLE_EQ(sim.time_ms, fastest_within(all, budget))
-          << "trial " << trial << " budget " << budget;
+      expect_fastest_within(
+          graph, all, all.min_peak + (most - all.min_peak) * step / 4);
     }
   }
 }
@@ -450,13 +453,7 @@ TEST(GraphSolvers, EqualTheEnumerationOnAProfiledUNet) {
         all.min_peak + (most - all.min_peak) / 2,
         all.min_peak + (most - all.min_peak) * 3 / 4,
         per_block}) {
-    const std::optional<Plan> plan = solve_optimal(graph, budget);
-    ASSERT_TRUE(plan.has_value()) << budget;
-    const Simulation sim = simulate(graph, *plan);
-    ASSERT_TRUE(sim.valid) << sim.error;
-    EXPECT_LE(sim.peak_bytes, budget);
-    EXPECT_DOUBLE_EQ(sim.time_ms, fastest_within(all, budget))
-        << "budget " << budget;
+    expect_fastest_within(graph, all, budget);
   }
 }
 
