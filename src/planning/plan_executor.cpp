@@ -80,6 +80,7 @@
 #include <ATen/Context.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
@@ -137,8 +138,10 @@ class PlanExecution : public BackwardPhase,
       std::shared_ptr<const PlanProgram> program,
       const torch::Tensor& input,
       const char* who,
+      Policy selective_policy,
       std::shared_ptr<StageTimes> times)
       : program_(std::move(program)),
+        selective_policy_(std::move(selective_policy)),
         who_(who),
         input_requires_grad_(input.requires_grad()),
         device_(input.device()),
@@ -207,6 +210,7 @@ class PlanExecution : public BackwardPhase,
     } else {
       const std::vector<int64_t>& values = program_->structure.input_values(i);
       std::vector<torch::Tensor> inputs;
+      inputs.reserve(values.size());
       for (int64_t v : values) {
         TORCH_INTERNAL_ASSERT(values_[v].defined(), "x_", v, " is not held");
         check_unchanged(v);
@@ -218,6 +222,7 @@ class PlanExecution : public BackwardPhase,
         versions_[i + 1] = version_of(values_[i + 1]);
       } else {
         StageRecord record;
+        record.leaves.reserve(inputs.size());
         // Linked only when ops are not timed: a linked backward runs two
         // stages in one engine call, which per-stage times cannot split.
         if (!times_ && linkable(program_->linked_value[k])) {
@@ -398,7 +403,7 @@ class PlanExecution : public BackwardPhase,
       return record_stage(call, i, inputs, values, Policy{});
     }
     if (kind == OpKind::kForwardSelective) {
-      return record_stage(call, i, inputs, values, program_->selective_policy);
+      return record_stage(call, i, inputs, values, selective_policy_);
     }
     c10::NoGradGuard no_grad;
     UncachedAutocast uncached;  // a cast cached here has no history
@@ -406,6 +411,7 @@ class PlanExecution : public BackwardPhase,
   }
 
   const std::shared_ptr<const PlanProgram> program_;
+  const Policy selective_policy_;  // what kForwardSelective keeps
   const char* const who_;
   const bool input_requires_grad_;
   const c10::Device device_;
@@ -563,8 +569,7 @@ torch::Tensor checked_forward(
     const std::vector<int64_t>& values,
     const std::function<torch::Tensor()>& run) {
   TORCH_INTERNAL_ASSERT(inputs.size() == values.size());
-  std::vector<int64_t> versions;
-  versions.reserve(inputs.size());
+  c10::SmallVector<int64_t, 4> versions;  // no allocation for most stages
   for (const torch::Tensor& input : inputs) {
     versions.push_back(version_of(input));
   }
@@ -710,8 +715,7 @@ planner::Graph chain_structure(int64_t stages) {
 std::shared_ptr<const PlanProgram> make_program(
     std::vector<StageCall> calls,
     planner::Graph structure,
-    planner::Plan plan,
-    Policy selective_policy) {
+    planner::Plan plan) {
   std::vector<std::vector<int64_t>> released =
       planner::released_values(structure, plan);
   std::vector<int> forwards(static_cast<size_t>(structure.size()), 0);
@@ -730,7 +734,6 @@ std::shared_ptr<const PlanProgram> make_program(
       std::move(structure),
       std::move(plan),
       std::move(released),
-      std::move(selective_policy),
       std::move(replayed),
       std::move(linked)});
 }
@@ -739,9 +742,10 @@ torch::Tensor run_program(
     std::shared_ptr<const PlanProgram> program,
     const torch::Tensor& input,
     const char* who,
+    const Policy& selective_policy,
     std::shared_ptr<StageTimes> times) {
   auto execution = std::make_shared<PlanExecution>(
-      std::move(program), input, who, std::move(times));
+      std::move(program), input, who, selective_policy, std::move(times));
   torch::Tensor inner_output = execution->run_forward_phase();
   TORCH_CHECK(
       inner_output.is_floating_point() || inner_output.is_complex(),
@@ -759,23 +763,29 @@ torch::Tensor run_program(
   return output;
 }
 
-torch::Tensor run_plan(
-    std::shared_ptr<const std::vector<Stage>> stages,
-    const planner::Plan& plan,
-    const torch::Tensor& input,
-    const Policy& selective_policy,
-    std::shared_ptr<StageTimes> times) {
+std::shared_ptr<const PlanProgram> chain_program(
+    const std::vector<Stage>& stages, const planner::Plan& plan) {
   std::vector<StageCall> calls;
-  for (const Stage& stage : *stages) {
+  calls.reserve(stages.size());
+  for (const Stage& stage : stages) {
     calls.push_back(call_of(stage));
   }
   const auto count = static_cast<int64_t>(calls.size());
-  return run_program(
-      make_program(
-          std::move(calls), chain_structure(count), plan, selective_policy),
-      input,
-      "remat::PlannedChain",
-      std::move(times));
+  return make_program(std::move(calls), chain_structure(count), plan);
+}
+
+bool any_parameter_requires_grad(const torch::nn::Module& module) {
+  for (const torch::Tensor& parameter : module.parameters(/*recurse=*/false)) {
+    if (parameter.requires_grad()) {
+      return true;
+    }
+  }
+  for (const auto& child : module.children()) {
+    if (any_parameter_requires_grad(*child)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void check_stages(const char* who, const std::vector<Stage>& stages) {

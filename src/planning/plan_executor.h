@@ -97,7 +97,6 @@ struct PlanProgram {
   planner::Plan plan;            ///< valid for `structure`
   /// planner::released_values(structure, plan): what each op lets go.
   std::vector<std::vector<int64_t>> released;
-  Policy selective_policy;  ///< what kForwardSelective keeps
   /// Per stage: whether the plan runs its forward more than once (only then
   /// is its first forward's RNG and autocast state kept for a replay).
   std::vector<bool> replayed;
@@ -116,44 +115,34 @@ std::vector<int64_t> linked_values(
 
 /// A program of `calls` under `plan`. Throws std::invalid_argument (from
 /// planner::released_values) unless the plan is valid for `structure`.
-/// REQUIRES: one call per stage of `structure`; a selective policy if the
-/// plan has kForwardSelective ops.
+/// REQUIRES: one call per stage of `structure`.
 std::shared_ptr<const PlanProgram> make_program(
-    std::vector<StageCall> calls,
-    planner::Graph structure,
-    planner::Plan plan,
-    Policy selective_policy);
+    std::vector<StageCall> calls, planner::Graph structure, planner::Plan plan);
+
+/// The program of a chain of `stages` under `plan`.
+/// REQUIRES: `plan` valid for stages.size() stages.
+std::shared_ptr<const PlanProgram> chain_program(
+    const std::vector<Stage>& stages, const planner::Plan& plan);
 
 /// Runs the forward phase of `program` (every op before the first
 /// backward) on `input` (the graph input x_0) and returns the last stage's
 /// output, whose grad_fn (named `who` + "Backward", with `input`'s edges)
 /// runs the rest of the plan in one step (NOTE: [Plan execution]).
-/// With `times`, every op is timed into it (the device synchronized around
-/// each) and step_done() is called when the backward phase ends.
-/// REQUIRES: grad mode on. Throws c10::Error, naming `who`, unless the
-/// output is floating point or complex.
+/// kForwardSelective ops run under `selective_policy`. With `times`, every
+/// op is timed into it (the device synchronized around each) and
+/// step_done() is called when the backward phase ends.
+/// REQUIRES: grad mode on; `selective_policy` non-empty if the plan has
+/// kForwardSelective ops (checked by the caller). Throws c10::Error, naming
+/// `who`, unless the output is floating point or complex.
 torch::Tensor run_program(
     std::shared_ptr<const PlanProgram> program,
     const torch::Tensor& input,
     const char* who,
+    const Policy& selective_policy,
     std::shared_ptr<StageTimes> times = nullptr);
 
 /// The structure of a chain of `stages` stages, as a graph with unit costs.
 planner::Graph chain_structure(int64_t stages);
-
-/// Runs the forward phase of `plan` (every op before the first backward) over
-/// `stages` on `input` and returns the chain output. Its grad_fn runs the rest
-/// of the plan (and keeps `stages` alive until then); kForwardSelective ops
-/// run under `selective_policy`; with `times`, timed as run_program.
-/// REQUIRES: grad mode on; `plan` valid for stages->size() stages, and
-/// `selective_policy` non-empty if it has kForwardSelective ops (checked by
-/// the caller).
-torch::Tensor run_plan(
-    std::shared_ptr<const std::vector<Stage>> stages,
-    const planner::Plan& plan,
-    const torch::Tensor& input,
-    const Policy& selective_policy = {},
-    std::shared_ptr<StageTimes> times = nullptr);
 
 /// Throws c10::Error, naming `who`, if `stages` is empty or a stage has no
 /// forward.
@@ -162,6 +151,10 @@ void check_stages(const char* who, const std::vector<Stage>& stages);
 /// The distinct non-null modules of `stages`, in first-use order.
 std::vector<std::shared_ptr<torch::nn::Module>> modules_of(
     const std::vector<Stage>& stages);
+
+/// Whether a parameter of `module` or of a module below it requires grad;
+/// stops at the first (builds no names, unlike Module::parameters()).
+bool any_parameter_requires_grad(const torch::nn::Module& module);
 
 /// Runs `stages` one after the other on `input` (the plain chain forward).
 torch::Tensor run_stages(

@@ -2,8 +2,10 @@
 // it shares with PlannedSequential (planned_run.h).
 //
 // A planned chain validates its plan once (simulate() on a unit-cost chain of
-// the right length) and delegates execution to detail::run_plan (NOTE: [Plan
-// execution] in plan_executor.cpp). Input-shape policy: see
+// the right length), binds it to its stages once (detail::chain_program, made
+// again only when the plan in force changes) and delegates execution to
+// detail::run_program (NOTE: [Plan execution] in plan_executor.cpp).
+// Input-shape policy: see
 // remat/planned_chain.h and docs/planned_execution.md.
 #include "remat/planned_chain.h"
 
@@ -157,7 +159,7 @@ torch::Tensor planned_forward(
     const char* who,
     PlannedRun& run,
     PlannedChainOptions& options,
-    const std::vector<torch::Tensor>& parameters,
+    const torch::nn::Module& owner,
     const torch::Tensor& input) {
   TORCH_CHECK(
       input.defined(), who, "::forward: expected a defined input tensor");
@@ -193,10 +195,8 @@ torch::Tensor planned_forward(
             : std::optional<planner::Chain>(chain->second));
     options.input_shape(std::move(shape));
   }
-  bool needs_grad = input.requires_grad();
-  for (const auto& parameter : parameters) {
-    needs_grad |= parameter.requires_grad();
-  }
+  const bool needs_grad =
+      input.requires_grad() || any_parameter_requires_grad(owner);
   if (!c10::GradMode::is_enabled() || !needs_grad) {
     return run_stages(*run.stages, input);
   }
@@ -204,8 +204,11 @@ torch::Tensor planned_forward(
   if (options.self_correct()) {
     times = self_correct(run, options, input);
   }
-  return run_plan(
-      run.stages, run.plan, input, options.selective_policy(), times);
+  if (!run.program || !(run.program->plan == run.plan)) {
+    run.program = chain_program(*run.stages, run.plan);
+  }
+  return run_program(
+      run.program, input, who, options.selective_policy(), std::move(times));
 }
 
 }  // namespace detail
@@ -237,7 +240,7 @@ PlannedChainImpl::PlannedChainImpl(
 }
 
 torch::Tensor PlannedChainImpl::forward(const torch::Tensor& input) {
-  return detail::planned_forward(kChain, *run_, options, parameters(), input);
+  return detail::planned_forward(kChain, *run_, options, *this, input);
 }
 
 void PlannedChainImpl::pretty_print(std::ostream& stream) const {

@@ -117,10 +117,8 @@ torch::Tensor PlannedGraphImpl::forward(const torch::Tensor& input) {
         ", got ",
         input.sizes());
   }
-  bool needs_grad = input.requires_grad();
-  for (const torch::Tensor& parameter : parameters()) {
-    needs_grad = needs_grad || parameter.requires_grad();
-  }
+  const bool needs_grad =
+      input.requires_grad() || detail::any_parameter_requires_grad(*this);
   if (!c10::GradMode::is_enabled() || !needs_grad) {
     return run_graph(*stages_, input);
   }
@@ -133,10 +131,10 @@ torch::Tensor PlannedGraphImpl::forward(const torch::Tensor& input) {
     for (int64_t i = 0; i < structure_.size(); ++i) {
       calls.push_back(detail::call_of((*stages_)[i], structure_, i));
     }
-    program_ = detail::make_program(
-        std::move(calls), structure_, plan_, options_.selective_policy());
+    program_ = detail::make_program(std::move(calls), structure_, plan_);
   }
-  return detail::run_program(program_, input, kGraph, std::move(times));
+  return detail::run_program(
+      program_, input, kGraph, options_.selective_policy(), std::move(times));
 }
 
 std::shared_ptr<detail::StageTimes> PlannedGraphImpl::self_correct(

@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include "plan_executor.h"
 #include "remat/planned_chain.h"
 #include "self_correct.h"
 
@@ -26,6 +28,9 @@ struct PlannedRun {
   /// Self-correction's state (options.self_correct), from the first
   /// training forward on.
   std::optional<Correction<planner::Chain>> correction;
+  /// The program of `plan` over `stages`, made on the first training
+  /// forward and again when the plan in force changes.
+  std::shared_ptr<const PlanProgram> program;
 };
 
 /// The switches of `run`'s self-correction (empty without one).
@@ -45,15 +50,15 @@ void check_planned_run(
 
 /// The forward of a planned chain: applies the shape policy (which may
 /// re-plan, updating `run` and options.input_shape), then runs the plan
-/// when training needs gradients (grad mode on and the input or one of
-/// `parameters` requiring grad), else the stages plainly. With
+/// when training needs gradients (grad mode on and the input or a parameter
+/// of `owner` requiring grad), else the stages plainly. With
 /// options.self_correct a training forward first applies self-correction
 /// (remat/planned_chain.h), which may replace run.plan, and times the run.
 torch::Tensor planned_forward(
     const char* who,
     PlannedRun& run,
     PlannedChainOptions& options,
-    const std::vector<torch::Tensor>& parameters,
+    const torch::nn::Module& owner,
     const torch::Tensor& input);
 
 }  // namespace remat::detail

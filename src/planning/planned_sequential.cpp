@@ -55,8 +55,7 @@ void PlannedSequentialImpl::pretty_print(std::ostream& stream) const {
 }
 
 torch::Tensor PlannedSequentialImpl::forward(const torch::Tensor& input) {
-  return detail::planned_forward(
-      kSequential, *run_, options, sequential->parameters(), input);
+  return detail::planned_forward(kSequential, *run_, options, *this, input);
 }
 
 const planner::Plan& PlannedSequentialImpl::plan() const {
