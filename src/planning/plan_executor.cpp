@@ -15,8 +15,10 @@
 //  - kForwardRecord runs the stage with grad on detached leaves aliasing its
 //    distinct inputs (each requiring grad unless it is a non-float or an
 //    input that does not), so the stage's graph is kept apart from the
-//    caller's; R_i = (leaves, output), and x_{i+1} is an alias of that
-//    output.
+//    caller's; R_i = (leaves, output), and x_{i+1} is held as that output
+//    itself (it adds nothing: the record holds the output and its graph until
+//    the stage's backward, which lets go of x_{i+1} too, and a reader that
+//    records detaches its own leaf from it).
 //  - kForwardSelective does the same inside a non-reentrant checkpoint region
 //    with the chain's selective policy (record_stage): R_i holds only what
 //    the policy keeps, and the stage's backward starts by recomputing the
@@ -252,7 +254,7 @@ class PlanExecution : public BackwardPhase,
             record.leaves[j] = torch::Tensor();  // autograd holds what it saved
           }
         }
-        values_[i + 1] = record.output.detach();
+        values_[i + 1] = record.output;
         versions_[i + 1] = version_of(values_[i + 1]);
         records_[i] = std::move(record);
       }
