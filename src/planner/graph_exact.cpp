@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -115,6 +116,9 @@ class ExactSearch {
       }
       suffix_time_[i] = suffix_time_[i + 1] + fastest;
     }
+    if (!goal.min_memory) {
+      set_up_knapsacks();
+    }
     for (int64_t i = 0; i < n_; ++i) {
       std::vector<StageMode> ways = ways_of(graph, i);
       std::stable_sort(ways.begin(), ways.end(), [&](StageMode a, StageMode b) {
@@ -132,14 +136,7 @@ class ExactSearch {
 
  private:
   double time_of(int64_t i, StageMode way) const {
-    const StageCost& cost = graph_.stage(i);
-    double time = cost.forward_ms + cost.backward_ms;
-    if (way == StageMode::kCheckpoint || way == StageMode::kRecompute) {
-      time += cost.forward_ms;
-    } else if (way == StageMode::kSelective) {
-      time += cost.selective->recompute_ms;
-    }
-    return time;
+    return way_time(graph_, i, way);
   }
 
   // The bytes stage i leaves held from its forward to (at least) the
@@ -239,6 +236,196 @@ class ExactSearch {
     return bytes + cost.backward_extra(selective);
   }
 
+  // NOTE: [Memory against time]
+  // When stage j runs its forward or its backward, every earlier stage l
+  // holds at least held_of(l, mode_l) (a record until its backward, a
+  // kCheckpoint output until its first reader's backward), so a plan fits
+  // the budget only if, for every j,
+  //   input + sum over l < j of held_of(l, mode_l) + need_of(j, mode_j)
+  //     <= budget,
+  // where need_of is what stage j's own forward or backward adds. For the
+  // stages not yet assigned (a suffix s..L-1) each such j, for each way of
+  // stage j, is a multiple-choice knapsack over the stages s..j-1: each
+  // takes one way, of held bytes w and time t, within what the assigned
+  // stages and stage j leave. Its linear relaxation bounds their least time
+  // from below: start
+  // every stage at its fastest way and give up bytes along the lower convex
+  // hulls of the (w, t) points of the stages together, cheapest milliseconds
+  // per byte first, the last step taken in part. With the time stage j's
+  // way adds beyond its fastest, the least over its ways bounds what
+  // constraint j costs. The bound is the largest over j, taken over the last
+  // stage and the kKnapsacks stages whose
+  // constraint is tightest with every stage in its fastest way (any subset
+  // of the j gives a bound; each costs a walk). set_up_knapsacks() sorts the
+  // hull steps of every stage once; suffix_time() walks them for each j,
+  // skipping other stages, and counts every kStepsPerWork steps walked as
+  // one unit of work (a step costs about that fraction of a bound's step).
+  static constexpr size_t kKnapsacks = 4;
+  static constexpr int64_t kStepsPerWork = 8;
+  struct HullStep {
+    double ms_per_byte = 0;
+    int64_t stage = 0;
+    int64_t bytes = 0;  // given up
+    double ms = 0;      // added
+  };
+
+  // What stage i adds to what is live at its forward or its backward when
+  // run in `way` (its held bytes not counted).
+  int64_t need_of(int64_t i, StageMode way) const {
+    const StageCost& cost = graph_.stage(i);
+    int64_t gradients = gradients_[i];
+    for (int64_t v : graph_.input_values(i)) {
+      gradients += graph_.value_bytes(v);
+    }
+    const bool selective = way == StageMode::kSelective;
+    int64_t forward = cost.output_bytes + cost.forward_extra();
+    if (way == StageMode::kRecord) {
+      forward = cost.saved_bytes + cost.record_extra();
+    } else if (selective) {
+      forward = cost.selective->saved_bytes + cost.selective_forward_extra();
+    }
+    const int64_t backward =
+        gradients +
+        (selective ? cost.selective->saved_bytes : cost.saved_bytes) +
+        cost.backward_extra(selective);
+    return std::max(forward, backward);
+  }
+
+  void set_up_knapsacks() {
+    fastest_held_.assign(static_cast<size_t>(n_ + 1), 0);
+    least_held_.assign(static_cast<size_t>(n_ + 1), 0);
+    own_.assign(static_cast<size_t>(n_), {});
+    for (int64_t i = 0; i < n_; ++i) {
+      const std::vector<StageMode> ways = ways_of(graph_, i);
+      double fastest = std::numeric_limits<double>::infinity();
+      for (StageMode way : ways) {
+        fastest = std::min(fastest, time_of(i, way));
+      }
+      for (StageMode way : ways) {
+        own_[i].push_back({need_of(i, way), time_of(i, way) - fastest});
+      }
+      // The fastest way (ties: the fewest bytes) starts the hull.
+      StageMode at = ways.front();
+      int64_t least = held_of(i, at);
+      for (StageMode way : ways) {
+        least = std::min(least, held_of(i, way));
+        if (time_of(i, way) < time_of(i, at) ||
+            (time_of(i, way) == time_of(i, at) &&
+             held_of(i, way) < held_of(i, at))) {
+          at = way;
+        }
+      }
+      fastest_held_[i + 1] = fastest_held_[i] + held_of(i, at);
+      least_held_[i + 1] = least_held_[i] + least;
+      // The lower hull towards fewer bytes: from each point, the next is
+      // the one of fewer bytes with the least slope (ties: the fewest bytes).
+      for (;;) {
+        std::optional<StageMode> next;
+        double next_slope = 0;
+        for (StageMode way : ways) {
+          const int64_t bytes = held_of(i, at) - held_of(i, way);
+          if (bytes <= 0) {
+            continue;
+          }
+          const double slope =
+              (time_of(i, way) - time_of(i, at)) / static_cast<double>(bytes);
+          if (!next || slope < next_slope ||
+              (slope == next_slope && held_of(i, way) < held_of(i, *next))) {
+            next = way;
+            next_slope = slope;
+          }
+        }
+        if (!next) {
+          break;
+        }
+        hull_.push_back(
+            {next_slope,
+             i,
+             held_of(i, at) - held_of(i, *next),
+             time_of(i, *next) - time_of(i, at)});
+        at = *next;
+      }
+    }
+    std::stable_sort(
+        hull_.begin(), hull_.end(), [](const HullStep& a, const HullStep& b) {
+          return a.ms_per_byte < b.ms_per_byte;
+        });
+    // The constraints: the tightest with every stage at its fastest way,
+    // and the last stage's.
+    std::vector<std::pair<int64_t, int64_t>> tightness;  // (-overflow, j)
+    for (int64_t j = 0; j + 1 < n_; ++j) {
+      int64_t least_need = std::numeric_limits<int64_t>::max();
+      for (const Own& own : own_[j]) {
+        least_need = std::min(least_need, own.bytes);
+      }
+      tightness.push_back({-(fastest_held_[j] + least_need), j});
+    }
+    std::sort(tightness.begin(), tightness.end());
+    for (size_t k = 0; k < std::min(kKnapsacks, tightness.size()); ++k) {
+      knapsacks_.push_back(tightness[k].second);
+    }
+    knapsacks_.push_back(n_ - 1);
+    std::sort(knapsacks_.begin(), knapsacks_.end());
+  }
+
+  // The least time the stages s..j-1 add to their fastest ways to hold at
+  // most `cap` bytes together, relaxed (NOTE: [Memory against time]); +inf
+  // if their least bytes exceed it.
+  double relaxed_extra(int64_t s, int64_t j, int64_t cap) {
+    if (least_held_[j] - least_held_[s] > cap) {
+      return std::numeric_limits<double>::infinity();
+    }
+    int64_t over = fastest_held_[j] - fastest_held_[s] - cap;
+    double extra = 0;
+    for (const HullStep& step : hull_) {
+      if (over <= 0) {
+        break;
+      }
+      ++walked_;
+      if (step.stage < s || step.stage >= j) {
+        continue;
+      }
+      const int64_t take = std::min(over, step.bytes);
+      extra += step.ms *
+               (static_cast<double>(take) / static_cast<double>(step.bytes));
+      over -= take;
+    }
+    return extra;
+  }
+
+  // The least time of stages s..L-1 in any plan that fits the budget when
+  // stages 0..s-1 hold `held` bytes (NOTE: [Memory against time]); +inf if
+  // none can. Without a budget (the least memory), their fastest ways.
+  double suffix_time(int64_t s, int64_t held) {
+    if (goal_.min_memory) {
+      return suffix_time_[s];
+    }
+    const int64_t room = goal_.budget_bytes - graph_.input_bytes() - held;
+    double most = 0;
+    for (int64_t j : knapsacks_) {
+      if (j < s) {
+        continue;
+      }
+      // Stage j's own way decides both what it needs and what it costs.
+      double least = std::numeric_limits<double>::infinity();
+      for (const Own& own : own_[j]) {
+        if (own.extra_ms < least) {
+          least = std::min(
+              least, own.extra_ms + relaxed_extra(s, j, room - own.bytes));
+        }
+      }
+      most = std::max(most, least);
+      if (most == std::numeric_limits<double>::infinity()) {
+        break;  // nothing fits
+      }
+    }
+    work_ += walked_ / kStepsPerWork;
+    walked_ %= kStepsPerWork;
+    // A relative margin far above float rounding keeps the bound below the
+    // true least time however simulate() orders its sums.
+    return suffix_time_[s] + most * (1 - 1e-9);
+  }
+
   bool beaten(int64_t peak_bound, double time_bound) const {
     if (goal_.min_memory) {
       return peak_bound > best_.peak_bytes ||
@@ -269,8 +456,9 @@ class ExactSearch {
     }
     for (StageMode way : ways_[i]) {
       modes_[i] = way;
-      const double time_bound = time + time_of(i, way) + suffix_time_[i + 1];
       const int64_t now_held = held + held_of(i, way);
+      const double time_bound =
+          time + time_of(i, way) + suffix_time(i + 1, now_held);
       const int64_t bound = std::max(
           {peak_bound,
            forward_bound(i, way),
@@ -303,6 +491,19 @@ class ExactSearch {
   std::vector<char> reads_previous_;          // stage i reads x_i
   std::vector<std::vector<StageMode>> ways_;  // by stage, in search order
   std::vector<StageMode> modes_;
+  // NOTE: [Memory against time]; set for a time goal only.
+  std::vector<HullStep> hull_;  // every stage's, by ms per byte
+  // [i]: the sum over stages 0..i-1 of held_of in the fastest way, and of
+  // the least held_of.
+  std::vector<int64_t> fastest_held_;
+  std::vector<int64_t> least_held_;
+  struct Own {
+    int64_t bytes = 0;    // need_of(j, way)
+    double extra_ms = 0;  // time_of(j, way) beyond j's fastest way
+  };
+  std::vector<std::vector<Own>> own_;  // by stage, one per way
+  std::vector<int64_t> knapsacks_;     // the j of the constraints, ascending
+  int64_t walked_ = 0;                 // hull steps not yet counted as work
   int64_t work_ = 0;
 };
 

@@ -56,6 +56,26 @@ struct Goal {
 /// and, for every stage but the last, kCheckpoint and kRecompute.
 std::vector<StageMode> ways_of(const Graph& graph, int64_t i);
 
+/// The time stage i adds to a plan when run in `way`: its forward and
+/// backward, a second forward for kCheckpoint and kRecompute (the class runs
+/// every stage at most twice), the selective recomputation for kSelective.
+/// A plan's time is the sum over its stages.
+inline double way_time(const Graph& graph, int64_t i, StageMode way) {
+  const StageCost& cost = graph.stage(i);
+  double time = cost.forward_ms + cost.backward_ms;
+  if (way == StageMode::kCheckpoint || way == StageMode::kRecompute) {
+    time += cost.forward_ms;
+  } else if (way == StageMode::kSelective) {
+    time += cost.selective->recompute_ms;
+  }
+  return time;
+}
+
+/// Improves `best` (a candidate with modes) by trying every combination of
+/// ways on small windows of stages, the rest fixed (NOTE: [Windows] in
+/// graph_solvers.cpp).
+void search_windows(const Graph& graph, const Goal& goal, Candidate& best);
+
 /// The branch-and-bound search of NOTE: [Exact graph search]: improves
 /// `best` (a valid candidate, or one with no modes) to the best plan of the
 /// class for `goal`. Returns false if it gave up after `work_limit` (search

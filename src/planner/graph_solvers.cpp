@@ -67,6 +67,160 @@ void evaluate(const Graph& graph, Candidate& candidate) {
   candidate.time_ms = simulation.time_ms;
 }
 
+// NOTE: [Windows]
+// Between the local search and the exact search: for a window of a few
+// stages, every combination of their ways, the other stages' ways fixed.
+// The windows are every run of `width` consecutive stages (one starting
+// every width / 2 stages) and, for every value a stage reads that is not the
+// output of the stage before it (a skip), the value's producer and that
+// reader with their neighbours: the stages whose ways interact through the
+// value.
+//   The fastest plan within a budget: windows are 6 stages wide. A plan's
+// time is the sum of its stages' (way_time), so a window's combinations are
+// simulated in ascending time, only those faster than the best plan, and the
+// first that fits is the window's best. The windows start from a plan that
+// fits, or not at all: below the least memory that the least-memory search
+// finds, solve_optimal must find nothing (it promises nullopt exactly when
+// the budget is below min_feasible_budget_bytes), and above it the
+// least-memory plan fits.
+//   The least memory: windows are 4 stages wide and every combination is
+// simulated.
+// Passes over all windows repeat while one improves, at most kWindowPasses,
+// and stop when the work (four per stage of every simulated plan, as in the
+// exact search) passes kMaxExactGraphWork.
+namespace {
+
+constexpr int64_t kWindowPasses = 3;
+
+std::vector<std::vector<int64_t>> windows_of(
+    const Graph& graph, int64_t width) {
+  const int64_t n = graph.size();
+  std::vector<std::vector<int64_t>> windows;
+  for (int64_t first = 0;; first += width / 2) {
+    std::vector<int64_t> window;
+    for (int64_t i = first; i < std::min(n, first + width); ++i) {
+      window.push_back(i);
+    }
+    windows.push_back(std::move(window));
+    if (first + width >= n) {
+      break;
+    }
+  }
+  for (int64_t reader = 0; reader < n; ++reader) {
+    for (int64_t v : graph.input_values(reader)) {
+      if (v == 0 || v == reader) {
+        continue;  // the graph input, or the output of the stage before
+      }
+      std::vector<int64_t> window;
+      for (int64_t center : {v - 1, reader}) {
+        for (int64_t i = center - 1; i <= center + 1; ++i) {
+          if (i >= 0 && i < n) {
+            window.push_back(i);
+          }
+        }
+      }
+      std::sort(window.begin(), window.end());
+      window.erase(std::unique(window.begin(), window.end()), window.end());
+      windows.push_back(std::move(window));
+    }
+  }
+  std::sort(windows.begin(), windows.end());
+  windows.erase(std::unique(windows.begin(), windows.end()), windows.end());
+  return windows;
+}
+
+// One window: replaces `best` by the window's best combination if it is
+// better. Returns whether it did. Adds the work of every simulated plan to
+// `work` and stops early when it passes kMaxExactGraphWork.
+bool improve_window(
+    const Graph& graph,
+    const Goal& goal,
+    const std::vector<int64_t>& window,
+    Candidate& best,
+    int64_t& work) {
+  struct Combination {
+    double time_ms;
+    std::vector<StageMode> ways;
+  };
+  std::vector<std::vector<StageMode>> ways;
+  double fixed_ms = best.time_ms;
+  for (int64_t i : window) {
+    ways.push_back(ways_of(graph, i));
+    fixed_ms -= way_time(graph, i, best.modes[i]);
+  }
+  const bool by_time = !goal.min_memory;
+  std::vector<Combination> combinations;
+  std::vector<size_t> digit(window.size(), 0);
+  for (;;) {
+    Combination c{fixed_ms, {}};
+    bool same = true;
+    for (size_t k = 0; k < window.size(); ++k) {
+      c.ways.push_back(ways[k][digit[k]]);
+      c.time_ms += way_time(graph, window[k], c.ways.back());
+      same = same && c.ways.back() == best.modes[window[k]];
+    }
+    if (!same && (!by_time || c.time_ms < best.time_ms)) {
+      combinations.push_back(std::move(c));
+    }
+    size_t k = 0;
+    while (k < window.size() && ++digit[k] == ways[k].size()) {
+      digit[k++] = 0;
+    }
+    if (k == window.size()) {
+      break;
+    }
+  }
+  if (by_time) {
+    std::stable_sort(
+        combinations.begin(),
+        combinations.end(),
+        [](const Combination& a, const Combination& b) {
+          return a.time_ms < b.time_ms;
+        });
+  }
+  bool improved = false;
+  for (const Combination& c : combinations) {
+    work += 4 * graph.size();
+    if (work > kMaxExactGraphWork) {
+      return improved;
+    }
+    Candidate candidate;
+    candidate.modes = best.modes;
+    for (size_t k = 0; k < window.size(); ++k) {
+      candidate.modes[window[k]] = c.ways[k];
+    }
+    evaluate(graph, candidate);
+    if (goal.better(candidate, best)) {
+      best = std::move(candidate);
+      improved = true;
+      if (by_time) {
+        return true;  // the fastest combination that fits
+      }
+    }
+  }
+  return improved;
+}
+
+}  // namespace
+
+void search_windows(const Graph& graph, const Goal& goal, Candidate& best) {
+  if (!goal.min_memory && !goal.fits(best)) {
+    return;
+  }
+  const std::vector<std::vector<int64_t>> windows =
+      windows_of(graph, goal.min_memory ? 4 : 6);
+  int64_t work = 0;
+  for (int64_t pass = 0; pass < kWindowPasses; ++pass) {
+    bool improved = false;
+    for (const std::vector<int64_t>& window : windows) {
+      improved = improve_window(graph, goal, window, best, work) || improved;
+    }
+    if (!improved || work > kMaxExactGraphWork) {
+      return;
+    }
+  }
+}
+
 }  // namespace detail
 
 namespace {
@@ -315,6 +469,7 @@ Candidate search(const Graph& graph, const Goal& goal) {
     return search_exhaustive(graph, goal);
   }
   Candidate best = search_local(graph, goal);
+  detail::search_windows(graph, goal, best);
   detail::search_exact(graph, goal, best, kMaxExactGraphWork);
   return best;
 }

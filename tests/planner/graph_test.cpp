@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "graph_search.h"  // private: the searches alone
 #include "remat/planner/explain.h"
 #include "remat/planner/graph.h"
 #include "remat/planner/json.h"
@@ -383,6 +384,58 @@ TEST(GraphSolvers, ExactSearchEqualsTheEnumerationAboveTheExhaustiveLimit) {
       expect_fastest_within(
           graph, all, all.min_peak + (most - all.min_peak) * step / 4);
     }
+  }
+}
+
+// The searches alone, without the solvers around them. The branch and bound
+// from no incumbent prunes only on bounds that hold for every completion
+// (NOTE: [Exact graph search], [Memory against time]): where it finishes, its
+// answer is the enumeration's at every budget, below the least peak
+// included. A window as wide as the graph holds every combination, so the
+// window search from any fitting plan ends at the fastest within the budget
+// (NOTE: [Windows]).
+TEST(GraphSolvers, TheSearchesAloneEqualTheEnumeration) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 80; ++trial) {
+    const Graph graph = trial % 2 == 0 ? unet_graph(rng, 1 + trial % 4, 100)
+                                       : random_dag(rng, 3 + trial % 7, 100);
+    const Enumerated all = enumerate_modes(graph);
+    const int64_t most = simulate(graph, solve_store_all(graph)).peak_bytes;
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    for (int step = -1; step <= 8; ++step) {
+      const int64_t budget =
+          step < 0 ? all.min_peak - 1
+                   : all.min_peak + (most - all.min_peak) * step / 8;
+      const detail::Goal goal{budget, false};
+      detail::Candidate exact;
+      ASSERT_TRUE(detail::search_exact(
+          graph, goal, exact, std::numeric_limits<int64_t>::max()));
+      if (step < 0) {
+        EXPECT_GT(exact.peak_bytes, budget);
+        continue;
+      }
+      EXPECT_LE(exact.peak_bytes, budget);
+      EXPECT_DOUBLE_EQ(exact.time_ms, fastest_within(all, budget));
+      if (graph.size() <= 6) {
+        // From the least-memory plan, which fits every budget here.
+        detail::Candidate windowed;
+        ASSERT_TRUE(detail::search_exact(
+            graph,
+            detail::Goal{0, true},
+            windowed,
+            std::numeric_limits<int64_t>::max()));
+        detail::search_windows(graph, goal, windowed);
+        EXPECT_LE(windowed.peak_bytes, budget);
+        EXPECT_DOUBLE_EQ(windowed.time_ms, fastest_within(all, budget));
+      }
+    }
+    detail::Candidate least;
+    ASSERT_TRUE(detail::search_exact(
+        graph,
+        detail::Goal{0, true},
+        least,
+        std::numeric_limits<int64_t>::max()));
+    EXPECT_EQ(least.peak_bytes, all.min_peak);
   }
 }
 
