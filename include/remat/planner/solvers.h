@@ -120,10 +120,11 @@ Plan solve_min_memory(const Chain& chain);
 // chain solvers above, with their guarantees. On other graphs they search
 // the plans schedule_graph() builds (each stage run in one of the ways of
 // StageMode): exhaustively when there are at most kMaxExhaustiveGraphPlans
-// of them, otherwise by a local search followed by an exact branch and bound
-// that keeps the best plan found when it reaches kMaxExactGraphWork (then
-// the answer may not be the best of the class; docs/planner.md, "Graphs",
-// says on which graphs it finishes). Graph budgets are exact bytes
+// of them, otherwise by a local search, then every combination of ways on
+// small windows of stages, then an exact branch and bound that keeps the
+// best plan found when it reaches kMaxExactGraphWork (then the answer may
+// not be the best of the class; docs/planner.md, "Graphs", says on which
+// graphs it finishes). Graph budgets are exact bytes
 // (SolverOptions::memory_slots does not apply).
 
 /// How schedule_graph() runs a stage.
@@ -158,9 +159,10 @@ Plan schedule_graph(const Graph& graph, const std::vector<StageMode>& modes);
 /// graph solvers try one by one; above it they search locally.
 inline constexpr int64_t kMaxExhaustiveGraphPlans = 6561;  // 3^8
 
-/// The work (search nodes, each weighted by its depth) after which the exact
-/// graph search gives up and the graph solvers keep the best plan found
-/// (docs/planner.md, "Graphs"); 30–50 ms of one core here.
+/// The work (search nodes, each weighted by its depth; each simulated plan
+/// four per stage) after which the window search and, separately, the exact
+/// graph search give up and the graph solvers keep the best plan found
+/// (docs/planner.md, "Graphs"); 30–50 ms of one core here for each.
 inline constexpr int64_t kMaxExactGraphWork = 1000000;
 
 /// Records every stage, then runs every backward.
