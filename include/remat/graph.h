@@ -209,7 +209,8 @@ class PlannedGraphImpl : public torch::nn::Module {
   planner::Plan plan_;
   PlannedGraphOptions options_;
   planner::Graph structure_;  // the stages' inputs with unit costs
-  std::shared_ptr<const detail::PlanProgram> program_;  // made on first use
+  // Made on first use, and again for a plan that differs from its own.
+  std::shared_ptr<const detail::PlanProgram> program_;
   // Self-correction's state, from the first training forward on.
   std::shared_ptr<detail::Correction<planner::Graph>> correction_;
 };

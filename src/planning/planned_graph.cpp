@@ -126,7 +126,9 @@ torch::Tensor PlannedGraphImpl::forward(const torch::Tensor& input) {
   if (options_.self_correct()) {
     times = self_correct(input);
   }
-  if (!program_) {
+  // Made again whenever the plan in force is not the one it was made for
+  // (self-correction may have switched plans), as PlannedRun does for chains.
+  if (!program_ || !(program_->plan == plan_)) {
     std::vector<detail::StageCall> calls;
     for (int64_t i = 0; i < structure_.size(); ++i) {
       calls.push_back(detail::call_of((*stages_)[i], structure_, i));
@@ -154,15 +156,13 @@ std::shared_ptr<detail::StageTimes> PlannedGraphImpl::self_correct(
         detail::start_correction(
             std::move(shape), std::move(graph), budget_bytes, std::move(log)));
   }
-  if (detail::correct_before_step(
-          *correction_,
-          plan_,
-          detail::CorrectionRule{
-              options_.correction_steps(),
-              options_.correction_threshold(),
-              options_.solver()})) {
-    program_.reset();  // made again for the new plan
-  }
+  detail::correct_before_step(
+      *correction_,
+      plan_,
+      detail::CorrectionRule{
+          options_.correction_steps(),
+          options_.correction_threshold(),
+          options_.solver()});
   return correction_->times;
 }
 
