@@ -85,28 +85,13 @@ class ExactSearch {
     // The least each later op needs on top of x_0 and what earlier stages
     // hold (see later_).
     for (int64_t i = n_ - 1; i >= 0; --i) {
-      const StageCost& cost = graph.stage(i);
       int64_t forward = std::numeric_limits<int64_t>::max();
       int64_t backward = std::numeric_limits<int64_t>::max();
-      int64_t input_gradients = 0;
-      for (int64_t v : graph.input_values(i)) {
-        input_gradients += graph.value_bytes(v);
-      }
       for (StageMode way : ways_of(graph, i)) {
-        const bool selective = way == StageMode::kSelective;
-        int64_t op = cost.output_bytes + cost.forward_extra();
-        if (way == StageMode::kRecord) {
-          op = cost.saved_bytes + cost.record_extra();
-        } else if (selective) {
-          op = cost.selective->saved_bytes + cost.selective_forward_extra();
-        }
-        forward = std::min(forward, op);
-        backward = std::min(
-            backward,
-            (selective ? cost.selective->saved_bytes : cost.saved_bytes) +
-                cost.backward_extra(selective));
+        forward = std::min(forward, forward_adds(i, way));
+        backward = std::min(backward, backward_adds(i, way));
       }
-      backward += gradients_[i] + input_gradients;
+      backward += backward_gradients(i);
       later_[i] = std::max({later_[i + 1], forward, backward});
     }
     for (int64_t i = n_ - 1; i >= 0; --i) {
@@ -156,6 +141,42 @@ class ExactSearch {
     return 0;
   }
 
+  // What the forward of stage i run in `way` adds to what is live: its
+  // record or output and the op's transient.
+  int64_t forward_adds(int64_t i, StageMode way) const {
+    const StageCost& cost = graph_.stage(i);
+    switch (way) {
+      case StageMode::kRecord:
+        return cost.saved_bytes + cost.record_extra();
+      case StageMode::kSelective:
+        return cost.selective->saved_bytes + cost.selective_forward_extra();
+      case StageMode::kCheckpoint:
+      case StageMode::kRecompute:
+        return cost.output_bytes + cost.forward_extra();
+    }
+    return 0;
+  }
+
+  // What the backward of stage i after `way` holds of the stage itself: its
+  // record (recorded again in full if `way` did not record it) and the op's
+  // transient.
+  int64_t backward_adds(int64_t i, StageMode way) const {
+    const StageCost& cost = graph_.stage(i);
+    const bool selective = way == StageMode::kSelective;
+    return (selective ? cost.selective->saved_bytes : cost.saved_bytes) +
+           cost.backward_extra(selective);
+  }
+
+  // The gradients the backward of stage i holds whatever the modes
+  // (gradients_) and those it produces, of its inputs.
+  int64_t backward_gradients(int64_t i) const {
+    int64_t bytes = gradients_[i];
+    for (int64_t v : graph_.input_values(i)) {
+      bytes += graph_.value_bytes(v);
+    }
+    return bytes;
+  }
+
   static bool recorded(StageMode way) {
     return way == StageMode::kRecord || way == StageMode::kSelective;
   }
@@ -186,18 +207,7 @@ class ExactSearch {
         bytes += graph_.value_bytes(v);
       }
     }
-    const StageCost& cost = graph_.stage(i);
-    switch (way) {
-      case StageMode::kRecord:
-        return bytes + cost.saved_bytes + cost.record_extra();
-      case StageMode::kSelective:
-        return bytes + cost.selective->saved_bytes +
-               cost.selective_forward_extra();
-      case StageMode::kCheckpoint:
-      case StageMode::kRecompute:
-        return bytes + cost.output_bytes + cost.forward_extra();
-    }
-    return bytes;
+    return bytes + forward_adds(i, way);
   }
 
   // Lower bound of the peak of the backward of stage i run in `way`.
@@ -214,7 +224,7 @@ class ExactSearch {
         --run_begin;
       }
     }
-    int64_t bytes = graph_.input_bytes() + gradients_[i];
+    int64_t bytes = graph_.input_bytes() + backward_gradients(i);
     for (int64_t j = 0; j < i; ++j) {
       const int64_t v = j + 1;
       if (j >= run_begin) {
@@ -227,13 +237,7 @@ class ExactSearch {
         bytes += graph_.value_bytes(v);
       }
     }
-    for (int64_t v : inputs) {
-      bytes += graph_.value_bytes(v);  // the gradients the backward produces
-    }
-    const StageCost& cost = graph_.stage(i);
-    const bool selective = way == StageMode::kSelective;
-    bytes += selective ? cost.selective->saved_bytes : cost.saved_bytes;
-    return bytes + cost.backward_extra(selective);
+    return bytes + backward_adds(i, way);
   }
 
   // NOTE: [Memory against time]
@@ -272,23 +276,8 @@ class ExactSearch {
   // What stage i adds to what is live at its forward or its backward when
   // run in `way` (its held bytes not counted).
   int64_t need_of(int64_t i, StageMode way) const {
-    const StageCost& cost = graph_.stage(i);
-    int64_t gradients = gradients_[i];
-    for (int64_t v : graph_.input_values(i)) {
-      gradients += graph_.value_bytes(v);
-    }
-    const bool selective = way == StageMode::kSelective;
-    int64_t forward = cost.output_bytes + cost.forward_extra();
-    if (way == StageMode::kRecord) {
-      forward = cost.saved_bytes + cost.record_extra();
-    } else if (selective) {
-      forward = cost.selective->saved_bytes + cost.selective_forward_extra();
-    }
-    const int64_t backward =
-        gradients +
-        (selective ? cost.selective->saved_bytes : cost.saved_bytes) +
-        cost.backward_extra(selective);
-    return std::max(forward, backward);
+    return std::max(
+        forward_adds(i, way), backward_gradients(i) + backward_adds(i, way));
   }
 
   void set_up_knapsacks() {
