@@ -73,8 +73,9 @@ inline double way_time(const Graph& graph, int64_t i, StageMode way) {
 
 /// Improves `best` (a candidate with modes) by trying every combination of
 /// ways on small windows of stages, the rest fixed (NOTE: [Windows] in
-/// graph_solvers.cpp).
-void search_windows(const Graph& graph, const Goal& goal, Candidate& best);
+/// graph_solvers.cpp), until its work passes `work_limit`.
+void search_windows(
+    const Graph& graph, const Goal& goal, Candidate& best, int64_t work_limit);
 
 /// The branch-and-bound search of NOTE: [Exact graph search]: improves
 /// `best` (a valid candidate, or one with no modes) to the best plan of the

@@ -23,7 +23,8 @@
 // that still fits, until a pass changes nothing. The best plan of all starts is
 // the incumbent of the exact branch and bound (NOTE: [Exact graph search] in
 // graph_exact.cpp), which answers with the best plan of the class when it
-// finishes within kMaxExactGraphWork and with the best it found otherwise.
+// finishes within SolverOptions::graph_search_work and with the best it found
+// otherwise.
 // Each pass simulates every way of every stage once. Every plan is costed by
 // simulate(): one definition of peak and time.
 #include "remat/planner/solvers.h"
@@ -87,7 +88,7 @@ void evaluate(const Graph& graph, Candidate& candidate) {
 // simulated.
 // Passes over all windows repeat while one improves, at most kWindowPasses,
 // and stop when the work (four per stage of every simulated plan, as in the
-// exact search) passes kMaxExactGraphWork.
+// exact search) passes SolverOptions::graph_search_work.
 namespace {
 
 constexpr int64_t kWindowPasses = 3;
@@ -131,13 +132,14 @@ std::vector<std::vector<int64_t>> windows_of(
 
 // One window: replaces `best` by the window's best combination if it is
 // better. Returns whether it did. Adds the work of every simulated plan to
-// `work` and stops early when it passes kMaxExactGraphWork.
+// `work` and stops early when it passes `work_limit`.
 bool improve_window(
     const Graph& graph,
     const Goal& goal,
     const std::vector<int64_t>& window,
     Candidate& best,
-    int64_t& work) {
+    int64_t& work,
+    int64_t work_limit) {
   struct Combination {
     double time_ms;
     std::vector<StageMode> ways;
@@ -181,7 +183,7 @@ bool improve_window(
   bool improved = false;
   for (const Combination& c : combinations) {
     work += 4 * graph.size();
-    if (work > kMaxExactGraphWork) {
+    if (work > work_limit) {
       return improved;
     }
     Candidate candidate;
@@ -203,7 +205,8 @@ bool improve_window(
 
 }  // namespace
 
-void search_windows(const Graph& graph, const Goal& goal, Candidate& best) {
+void search_windows(
+    const Graph& graph, const Goal& goal, Candidate& best, int64_t work_limit) {
   if (!goal.min_memory && !goal.fits(best)) {
     return;
   }
@@ -213,9 +216,10 @@ void search_windows(const Graph& graph, const Goal& goal, Candidate& best) {
   for (int64_t pass = 0; pass < kWindowPasses; ++pass) {
     bool improved = false;
     for (const std::vector<int64_t>& window : windows) {
-      improved = improve_window(graph, goal, window, best, work) || improved;
+      improved = improve_window(graph, goal, window, best, work, work_limit) ||
+                 improved;
     }
-    if (!improved || work > kMaxExactGraphWork) {
+    if (!improved || work > work_limit) {
       return;
     }
   }
@@ -464,13 +468,24 @@ Candidate search_local(const Graph& graph, const Goal& goal) {
   return best;
 }
 
-Candidate search(const Graph& graph, const Goal& goal) {
+// options.graph_search_work, refused below 0 naming `function`.
+int64_t search_work(const char* function, const SolverOptions& options) {
+  if (options.graph_search_work < 0) {
+    throw std::invalid_argument(
+        std::string("remat::planner::") + function +
+        ": options.graph_search_work: expected >= 0, got " +
+        std::to_string(options.graph_search_work));
+  }
+  return options.graph_search_work;
+}
+
+Candidate search(const Graph& graph, const Goal& goal, int64_t work) {
   if (combinations(graph) <= kMaxExhaustiveGraphPlans) {
     return search_exhaustive(graph, goal);
   }
   Candidate best = search_local(graph, goal);
-  detail::search_windows(graph, goal, best);
-  detail::search_exact(graph, goal, best, kMaxExactGraphWork);
+  detail::search_windows(graph, goal, best, work);
+  detail::search_exact(graph, goal, best, work);
   return best;
 }
 
@@ -502,6 +517,7 @@ Plan solve_store_all(const Graph& graph) {
 
 std::optional<Plan> solve_optimal(
     const Graph& graph, int64_t budget_bytes, const SolverOptions& options) {
+  const int64_t work = search_work("solve_optimal", options);
   if (graph.is_chain()) {
     return solve_optimal(graph.as_chain(), budget_bytes, options);
   }
@@ -514,31 +530,34 @@ std::optional<Plan> solve_optimal(
   if (simulate(graph, store_all).peak_bytes <= budget_bytes) {
     return store_all;
   }
-  const Candidate best = search(graph, Goal{budget_bytes, false});
+  const Candidate best = search(graph, Goal{budget_bytes, false}, work);
   if (best.peak_bytes <= budget_bytes) {
     return schedule_graph(graph, best.modes);
   }
   // The search may miss a fitting plan that the least-memory search finds;
   // keep the promise "nullopt exactly below the minimum".
-  const Candidate least = search(graph, Goal{0, true});
+  const Candidate least = search(graph, Goal{0, true}, work);
   if (least.peak_bytes <= budget_bytes) {
     return schedule_graph(graph, least.modes);
   }
   return std::nullopt;
 }
 
-int64_t min_feasible_budget_bytes(const Graph& graph) {
+int64_t min_feasible_budget_bytes(
+    const Graph& graph, const SolverOptions& options) {
+  const int64_t work = search_work("min_feasible_budget_bytes", options);
   if (graph.is_chain()) {
     return min_feasible_budget_bytes(graph.as_chain());
   }
-  return search(graph, Goal{0, true}).peak_bytes;
+  return search(graph, Goal{0, true}, work).peak_bytes;
 }
 
-Plan solve_min_memory(const Graph& graph) {
+Plan solve_min_memory(const Graph& graph, const SolverOptions& options) {
+  const int64_t work = search_work("solve_min_memory", options);
   if (graph.is_chain()) {
     return solve_min_memory(graph.as_chain());
   }
-  return schedule_graph(graph, search(graph, Goal{0, true}).modes);
+  return schedule_graph(graph, search(graph, Goal{0, true}, work).modes);
 }
 
 }  // namespace remat::planner

@@ -54,6 +54,17 @@ void take_plan(
   }
 }
 
+// The least budget of a chain (exact, in bytes) or of a graph (found by the
+// graph solvers with `solver`'s search work).
+int64_t least_bytes(
+    const planner::Chain& chain, const planner::SolverOptions&) {
+  return planner::min_feasible_budget_bytes(chain);
+}
+int64_t least_bytes(
+    const planner::Graph& graph, const planner::SolverOptions& solver) {
+  return planner::min_feasible_budget_bytes(graph, solver);
+}
+
 // A choice up to its plan: the store-all prediction, the minimum (when
 // `with_minimum`) and the budget, bound under the rules of the top of
 // remat/plan_choice.h.
@@ -63,7 +74,8 @@ PlanChoice start_choice(
     planner::Strategy strategy,
     const Budget& budget,
     BudgetOrigin origin,
-    bool with_minimum) {
+    bool with_minimum,
+    const planner::SolverOptions& solver = {}) {
   PlanChoice choice;
   choice.strategy = std::move(strategy);
   const planner::Simulation store_all =
@@ -71,7 +83,7 @@ PlanChoice start_choice(
   choice.store_all_peak_bytes = store_all.peak_bytes;
   choice.store_all_step_ms = store_all.step_ms;
   if (with_minimum) {
-    choice.min_feasible_bytes = planner::min_feasible_budget_bytes(model);
+    choice.min_feasible_bytes = least_bytes(model, solver);
   }
   if (budget.is_none() ||
       (!choice.strategy.uses_budget() && origin != BudgetOrigin::kGiven)) {
@@ -135,7 +147,7 @@ PlanChoice choose_plan(
     BudgetOrigin origin,
     const planner::SolverOptions& solver) {
   PlanChoice choice = start_choice(
-      graph, planner::Strategy::parse("optimal"), budget, origin, true);
+      graph, planner::Strategy::parse("optimal"), budget, origin, true, solver);
   take_plan(
       choice,
       graph,

@@ -17,6 +17,10 @@
 namespace remat::planner {
 
 /// Options of solve_optimal.
+/// The default of SolverOptions::graph_search_work: 30–50 ms of one core
+/// here for each of the two graph searches it bounds.
+inline constexpr int64_t kMaxExactGraphWork = 1000000;
+
 struct SolverOptions {
   /// Memory resolution: the number of slots the budget (minus the chain
   /// input) is divided into. Plans never exceed the budget whatever the
@@ -29,6 +33,14 @@ struct SolverOptions {
   /// docs/planner.md). The plan does not depend on it. Default: 0.
   /// REQUIRES: >= 0.
   int64_t threads = 0;
+  /// Graphs only: the work (search nodes, each weighted by its depth; each
+  /// simulated plan four per stage) after which the window search and,
+  /// separately, the exact branch and bound give up and the graph solvers
+  /// keep the best plan found. More lets the exact search finish on larger
+  /// graphs and tighter budgets, where its answer is the best of the plan
+  /// class (docs/planner.md, "Graphs", says where the default does).
+  /// Default: kMaxExactGraphWork. REQUIRES: >= 0.
+  int64_t graph_search_work = kMaxExactGraphWork;
 };
 
 /// The longest chain the exact solvers (solve_optimal,
@@ -122,7 +134,8 @@ Plan solve_min_memory(const Chain& chain);
 // StageMode): exhaustively when there are at most kMaxExhaustiveGraphPlans
 // of them, otherwise by a local search, then every combination of ways on
 // small windows of stages, then an exact branch and bound that keeps the
-// best plan found when it reaches kMaxExactGraphWork (then the answer may
+// best plan found when it reaches SolverOptions::graph_search_work (then
+// the answer may
 // not be the best of the class; docs/planner.md, "Graphs", says on which
 // graphs it finishes). Graph budgets are exact bytes
 // (SolverOptions::memory_slots does not apply).
@@ -159,30 +172,28 @@ Plan schedule_graph(const Graph& graph, const std::vector<StageMode>& modes);
 /// graph solvers try one by one; above it they search locally.
 inline constexpr int64_t kMaxExhaustiveGraphPlans = 6561;  // 3^8
 
-/// The work (search nodes, each weighted by its depth; each simulated plan
-/// four per stage) after which the window search and, separately, the exact
-/// graph search give up and the graph solvers keep the best plan found
-/// (docs/planner.md, "Graphs"); 30–50 ms of one core here for each.
-inline constexpr int64_t kMaxExactGraphWork = 1000000;
-
 /// Records every stage, then runs every backward.
 Plan solve_store_all(const Graph& graph);
 
 /// The fastest plan found within `budget_bytes` (see the top of this
 /// section); on a chain, solve_optimal(graph.as_chain(), ...). Returns
-/// std::nullopt exactly when budget_bytes < min_feasible_budget_bytes(graph).
-/// Throws std::invalid_argument as the chain's solve_optimal, and if
-/// budget_bytes <= 0.
+/// std::nullopt exactly when budget_bytes < min_feasible_budget_bytes(graph,
+/// options). Throws std::invalid_argument as the chain's solve_optimal, if
+/// budget_bytes <= 0, and if options.graph_search_work < 0.
 std::optional<Plan> solve_optimal(
     const Graph& graph,
     int64_t budget_bytes,
     const SolverOptions& options = {});
 
-/// The least simulated peak of the plans the graph solvers search (on a
-/// chain: the chain's exact minimum); bytes, x_0 included.
-int64_t min_feasible_budget_bytes(const Graph& graph);
+/// The least simulated peak of the plans the graph solvers find (on a
+/// chain: the chain's exact minimum); bytes, x_0 included. Of `options`,
+/// only graph_search_work applies. Throws std::invalid_argument if it is
+/// < 0.
+int64_t min_feasible_budget_bytes(
+    const Graph& graph, const SolverOptions& options = {});
 
-/// A plan whose simulated peak is min_feasible_budget_bytes(graph).
-Plan solve_min_memory(const Graph& graph);
+/// A plan whose simulated peak is min_feasible_budget_bytes(graph,
+/// options). Throws as min_feasible_budget_bytes.
+Plan solve_min_memory(const Graph& graph, const SolverOptions& options = {});
 
 }  // namespace remat::planner
