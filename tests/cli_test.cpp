@@ -207,6 +207,93 @@ TEST(RunCli, PlanPrintsJsonWithThePrediction) {
   EXPECT_TRUE(result.err.empty()) << result.err;
 }
 
+// A U-Net-shaped graph of 15 stages (3 levels of 2 stages, a bottleneck of
+// 2, decoders reading the level below and the skip, a head) on which the
+// graph solvers' plan at half-way between the least and the store-all peak
+// is faster with the default search work than with none: where
+// --search-work can be seen to reach them.
+remat::planner::Graph searched_unet_graph() {
+  using remat::planner::StageCost;
+  std::vector<StageCost> costs;
+  std::vector<std::vector<int64_t>> inputs;
+  const auto add =
+      [&](int64_t bytes, double saved, double ms, std::vector<int64_t> reads) {
+        StageCost cost;
+        cost.forward_ms = ms;
+        cost.backward_ms = 2 * ms;
+        cost.output_bytes = bytes;
+        cost.saved_bytes =
+            static_cast<int64_t>(saved * static_cast<double>(bytes));
+        costs.push_back(cost);
+        inputs.push_back(std::move(reads));
+        return static_cast<int64_t>(costs.size()) - 1;
+      };
+  std::vector<int64_t> skips;
+  int64_t last = remat::planner::kGraphInput;
+  int64_t bytes = 4096;
+  for (int level = 0; level < 3; ++level, bytes /= 2) {
+    for (int k = 0; k < 2; ++k) {
+      last = add(bytes, 2 + k, 1.0 + 0.25 * k, {last});
+    }
+    skips.push_back(last);
+  }
+  for (int k = 0; k < 2; ++k) {
+    last = add(bytes, 3, 1.0, {last});
+  }
+  for (int level = 2; level >= 0; --level) {
+    bytes *= 2;
+    last = add(bytes, 4, 1.5, {last, skips[static_cast<size_t>(level)]});
+    last = add(bytes, 3, 1.0, {last});
+  }
+  add(bytes / 4, 1, 0.2, {last});
+  return remat::planner::Graph(std::move(costs), std::move(inputs), 1024);
+}
+
+TEST(RunCli, SearchWorkReachesTheGraphSolvers) {
+  using remat::planner::SolverOptions;
+  const remat::planner::Graph graph = searched_unet_graph();
+  const fs::path file = scratch() / "searched_unet.json";
+  write_file(file, remat::planner::to_json(graph));
+  const int64_t least = remat::planner::min_feasible_budget_bytes(graph);
+  const int64_t most =
+      remat::planner::simulate(graph, remat::planner::solve_store_all(graph))
+          .peak_bytes;
+  const int64_t budget_bytes = least + (most - least) / 2;
+  SolverOptions none;
+  none.graph_search_work = 0;
+  std::vector<double> times;
+  for (const SolverOptions& solver : {none, SolverOptions{}}) {
+    SCOPED_TRACE(
+        "graph_search_work " + std::to_string(solver.graph_search_work));
+    const remat::planner::Plan expected =
+        remat::choose_plan(
+            graph, Budget::bytes(budget_bytes), BudgetOrigin::kGiven, solver)
+            .plan;
+    const ProcessResult result = run_in_process(
+        {"plan",
+         file.string(),
+         "--budget",
+         std::to_string(budget_bytes) + "B",
+         "--search-work",
+         std::to_string(solver.graph_search_work),
+         "--json"});
+    ASSERT_EQ(result.exit_code, 0) << describe(result);
+    const auto report = nlohmann::json::parse(result.out);
+    EXPECT_EQ(report["plan"], expected.to_string());
+    times.push_back(remat::planner::simulate(graph, expected).time_ms);
+  }
+  // Otherwise the two runs above could not tell the flag was read.
+  EXPECT_GT(times[0], times[1])
+      << "no search finds the same plan as the default";
+
+  const ProcessResult negative =
+      run_in_process({"plan", file.string(), "--search-work", "-1"});
+  EXPECT_EQ(negative.exit_code, 1) << describe(negative);
+  EXPECT_NE(negative.err.find("--search-work"), std::string::npos)
+      << negative.err;
+  EXPECT_NE(negative.err.find("-1"), std::string::npos) << negative.err;
+}
+
 TEST(RunCli, BadFlagValuesExitOneNamingFlagAndValue) {
   const std::string chain = sample_chain_file().string();
   struct Case {

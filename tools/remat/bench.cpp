@@ -86,21 +86,24 @@ struct BenchModel {
   }
   /// The plan of `strategy` within `budget`, bound as a sweep's.
   PlanChoice choose(
-      const std::string& strategy, const Budget& budget, int64_t slots) const {
+      const std::string& strategy,
+      const Budget& budget,
+      const planner::SolverOptions& solver) const {
     if (graph) {
       return choose_graph_plan(
           std::get<planner::Graph>(costs),
           parse_graph_strategy(strategy),
           graph->encoder_stages,
           budget,
-          BudgetOrigin::kSweep);
+          BudgetOrigin::kSweep,
+          solver);
     }
     return choose_plan(
         std::get<planner::Chain>(costs),
         planner::Strategy::parse(strategy),
         budget,
         BudgetOrigin::kSweep,
-        planner::SolverOptions{slots, 0});
+        solver);
   }
   /// The executor of a feasible row.
   std::shared_ptr<Executor> executor(const BenchRow& row) const {
@@ -210,7 +213,10 @@ std::vector<BenchRow> plan_rows(
       row.strategy = strategy;
       row.budget_label = label;
       try {
-        row.choice = model.choose(strategy, budget, options.slots);
+        planner::SolverOptions solver;
+        solver.memory_slots = options.slots;
+        solver.graph_search_work = options.search_work;
+        row.choice = model.choose(strategy, budget, solver);
         row.budget_bytes = row.choice->budget_bytes;
       } catch (const InfeasibleBudgetError& error) {
         row.budget_bytes = std::visit(
@@ -480,6 +486,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
           "--slots", options.slots, "Memory slots of the optimal solver")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
       ->capture_default_str();
+  add_search_work_flag(*command, options.search_work);
   add_run_flags(*command, options.threads, options.seed);
   command->add_flag("--json", options.json, "Print the rows as JSON");
   return command;

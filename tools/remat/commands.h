@@ -45,10 +45,13 @@ struct BudgetFlags {
   }
   std::string strategy = "optimal";
   int64_t slots = planner::SolverOptions{}.memory_slots;
-  /// The solver options of --slots.
+  /// --search-work: how long the graph solvers may search.
+  int64_t search_work = planner::SolverOptions{}.graph_search_work;
+  /// The solver options of --slots and --search-work.
   planner::SolverOptions solver() const {
     planner::SolverOptions options;
     options.memory_slots = slots;
+    options.graph_search_work = search_work;
     return options;
   }
 };
@@ -207,6 +210,7 @@ struct BenchOptions {
   /// Whether --mode was given (a U-Net refuses it).
   bool mode_given = false;
   int64_t slots = planner::SolverOptions{}.memory_slots;
+  int64_t search_work = planner::SolverOptions{}.graph_search_work;
   uint64_t seed = 0;
   int64_t threads = 2;
   bool json = false;
@@ -216,10 +220,13 @@ void run_bench(const BenchOptions& options, const CommandIo& io);
 
 // ---- helpers shared by the commands (common.cpp)
 
-/// Registers --budget, --strategy and --slots on `command` (validated with
-/// Budget::parse / planner::Strategy::parse, so a bad value fails parsing
-/// with exit 1).
+/// Registers --budget, --strategy, --slots and --search-work on `command`
+/// (validated with Budget::parse / planner::Strategy::parse and ranges, so a
+/// bad value fails parsing with exit 1).
 void add_budget_flags(CLI::App& command, BudgetFlags& flags);
+
+/// Registers --search-work (planner::SolverOptions::graph_search_work).
+void add_search_work_flag(CLI::App& command, int64_t& search_work);
 
 /// Registers --threads and --seed.
 void add_run_flags(CLI::App& command, int64_t& threads, uint64_t& seed);

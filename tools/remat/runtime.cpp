@@ -140,6 +140,7 @@ Executor::Executor(
       if (correction && correction->chain &&
           strategy_.kind == planner::Strategy::Kind::kOptimal) {
         options.chain(correction->chain)
+            .solver(correction->solver)
             .budget(correction_budget(choice))
             .self_correct(true)
             .correction_steps(correction->correction_steps)
@@ -169,6 +170,7 @@ Executor::Executor(
     if (correction && correction->graph &&
         strategy_.kind == planner::Strategy::Kind::kOptimal) {
       options.graph(correction->graph)
+          .solver(correction->solver)
           .budget(correction_budget(choice))
           .self_correct(true)
           .correction_steps(correction->correction_steps)

@@ -94,6 +94,8 @@ torch::nn::Sequential clone_sequential(const torch::nn::Sequential& model);
 struct SelfCorrection {
   std::optional<planner::Chain> chain;
   std::optional<planner::Graph> graph;
+  /// How re-plans are solved: the options of the plan they replace.
+  planner::SolverOptions solver;
   int64_t correction_steps = PlannedChainOptions().correction_steps();
   double correction_threshold = PlannedChainOptions().correction_threshold();
 };

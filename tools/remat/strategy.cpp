@@ -66,9 +66,10 @@ PlanChoice choose_graph_plan(
     GraphStrategy strategy,
     int64_t encoder_stages,
     const Budget& budget,
-    BudgetOrigin origin) {
+    BudgetOrigin origin,
+    const planner::SolverOptions& solver) {
   if (strategy == GraphStrategy::kOptimal) {
-    return choose_plan(graph, budget, origin);
+    return choose_plan(graph, budget, origin, solver);
   }
   return choose_plan(
       graph,

@@ -48,14 +48,15 @@ std::vector<planner::StageMode> stage_modes(
     GraphStrategy strategy, int64_t stages, int64_t encoder_stages);
 
 /// The library's choose_plan on a graph (remat/plan_choice.h) for a graph
-/// strategy: the optimal plan, or the fixed stage_modes(). Throws as
-/// choose_plan.
+/// strategy: the optimal plan (searched as `solver` says), or the fixed
+/// stage_modes(). Throws as choose_plan.
 PlanChoice choose_graph_plan(
     const planner::Graph& graph,
     GraphStrategy strategy,
     int64_t encoder_stages,
     const Budget& budget,
-    BudgetOrigin origin);
+    BudgetOrigin origin,
+    const planner::SolverOptions& solver = {});
 
 /// The plan in brief: "N stages, F forwards (R record, C checkpoint, N
 /// no-save), E recomputed: C0 N1 R2 ..." limited to about `max_chars`

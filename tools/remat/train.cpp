@@ -813,7 +813,7 @@ Trainers make_graph_trainers(
   }
   std::optional<SelfCorrection> correction;
   if (run.self_correct) {
-    correction = SelfCorrection{std::nullopt, graph};
+    correction = SelfCorrection{std::nullopt, graph, options.budget.solver()};
   }
   trainers.planned = std::make_unique<Trainer>(
       model,
@@ -859,7 +859,7 @@ Trainers make_trainers(
   }
   std::optional<SelfCorrection> correction;
   if (run.self_correct) {
-    correction = SelfCorrection{chain, std::nullopt};
+    correction = SelfCorrection{chain, std::nullopt, options.budget.solver()};
   }
   trainers.planned = std::make_unique<Trainer>(
       model,
@@ -1235,7 +1235,8 @@ Trainers prepare_graph_training(
         strategy,
         model.encoder_stages,
         run.budget,
-        options.budget.origin());
+        options.budget.origin(),
+        options.budget.solver());
   }
   if (!options.json) {
     print_plan(options, run, /*recipe=*/false, io.out);
