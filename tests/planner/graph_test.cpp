@@ -109,8 +109,13 @@ Graph random_dag(
 // independently of the solvers' search.
 struct Enumerated {
   int64_t min_peak = INT64_MAX;
+  int64_t store_all_peak = 0;  // of solve_store_all's plan
   // (peak, time) of every plan
   std::vector<std::pair<int64_t, double>> costs;
+  // The budget `step` of `steps` from min_peak (0) to store_all_peak.
+  int64_t budget_at(int step, int steps) const {
+    return min_peak + (store_all_peak - min_peak) * step / steps;
+  }
 };
 
 Enumerated enumerate_modes(const Graph& graph) {
@@ -138,6 +143,7 @@ Enumerated enumerate_modes(const Graph& graph) {
     }
   };
   visit(0);
+  result.store_all_peak = simulate(graph, solve_store_all(graph)).peak_bytes;
   return result;
 }
 
@@ -162,6 +168,20 @@ void expect_fastest_within(
   EXPECT_LE(sim.peak_bytes, budget);
   EXPECT_DOUBLE_EQ(sim.time_ms, fastest_within(all, budget))
       << "budget " << budget;
+}
+
+// The solvers against the enumeration: the least peak (and no plan one byte
+// below it), and the fastest plan at `steps` + 1 budgets from there to the
+// store-all peak.
+void expect_solvers_equal(
+    const Graph& graph, const Enumerated& all, int steps) {
+  EXPECT_EQ(min_feasible_budget_bytes(graph), all.min_peak)
+      << solve_min_memory(graph).to_string();
+  EXPECT_EQ(simulate(graph, solve_min_memory(graph)).peak_bytes, all.min_peak);
+  EXPECT_FALSE(solve_optimal(graph, all.min_peak - 1).has_value());
+  for (int step = 0; step <= steps; ++step) {
+    expect_fastest_within(graph, all, all.budget_at(step, steps));
+  }
 }
 
 TEST(Graph, RefusesBadStructureNamingTheStage) {
@@ -347,18 +367,8 @@ TEST(GraphSolvers, EqualTheEnumerationOfTheirPlansOnSmallGraphs) {
       continue;
     }
     ASSERT_LE(static_cast<int64_t>(all.costs.size()), kMaxExhaustiveGraphPlans);
-    EXPECT_EQ(min_feasible_budget_bytes(graph), all.min_peak)
-        << "trial " << trial << " chain " << graph.is_chain() << " "
-        << solve_min_memory(graph).to_string();
-    EXPECT_EQ(
-        simulate(graph, solve_min_memory(graph)).peak_bytes, all.min_peak);
-    const int64_t most = simulate(graph, solve_store_all(graph)).peak_bytes;
-    EXPECT_FALSE(solve_optimal(graph, all.min_peak - 1).has_value());
     SCOPED_TRACE("trial " + std::to_string(trial));
-    for (int step = 0; step <= 8; ++step) {
-      expect_fastest_within(
-          graph, all, all.min_peak + (most - all.min_peak) * step / 8);
-    }
+    expect_solvers_equal(graph, all, 8);
   }
 }
 
@@ -374,16 +384,8 @@ TEST(GraphSolvers, ExactSearchEqualsTheEnumerationAboveTheExhaustiveLimit) {
                                        : random_dag(rng, 10, 100);
     const Enumerated all = enumerate_modes(graph);
     ASSERT_GT(static_cast<int64_t>(all.costs.size()), kMaxExhaustiveGraphPlans);
-    EXPECT_EQ(min_feasible_budget_bytes(graph), all.min_peak)
-        << "trial " << trial;
-    EXPECT_EQ(
-        simulate(graph, solve_min_memory(graph)).peak_bytes, all.min_peak);
-    const int64_t most = simulate(graph, solve_store_all(graph)).peak_bytes;
     SCOPED_TRACE("trial " + std::to_string(trial));
-    for (int step = 0; step <= 4; ++step) {
-      expect_fastest_within(
-          graph, all, all.min_peak + (most - all.min_peak) * step / 4);
-    }
+    expect_solvers_equal(graph, all, 4);
   }
 }
 
@@ -400,12 +402,10 @@ TEST(GraphSolvers, TheSearchesAloneEqualTheEnumeration) {
     const Graph graph = trial % 2 == 0 ? unet_graph(rng, 1 + trial % 4, 100)
                                        : random_dag(rng, 3 + trial % 7, 100);
     const Enumerated all = enumerate_modes(graph);
-    const int64_t most = simulate(graph, solve_store_all(graph)).peak_bytes;
     SCOPED_TRACE("trial " + std::to_string(trial));
     for (int step = -1; step <= 8; ++step) {
       const int64_t budget =
-          step < 0 ? all.min_peak - 1
-                   : all.min_peak + (most - all.min_peak) * step / 8;
+          step < 0 ? all.min_peak - 1 : all.budget_at(step, 8);
       const detail::Goal goal{budget, false};
       detail::Candidate exact;
       ASSERT_TRUE(detail::search_exact(
@@ -563,7 +563,6 @@ TEST(GraphSolvers, EqualTheEnumerationOnAProfiledUNet) {
   ASSERT_EQ(graph.size(), 12);
   const Enumerated all = enumerate_modes(graph);
   EXPECT_EQ(min_feasible_budget_bytes(graph), all.min_peak);
-  const int64_t most = simulate(graph, solve_store_all(graph)).peak_bytes;
   const int64_t per_block =
       simulate(
           graph,
@@ -572,9 +571,9 @@ TEST(GraphSolvers, EqualTheEnumerationOnAProfiledUNet) {
           .peak_bytes;
   for (const int64_t budget :
        {all.min_peak,
-        all.min_peak + (most - all.min_peak) / 4,
-        all.min_peak + (most - all.min_peak) / 2,
-        all.min_peak + (most - all.min_peak) * 3 / 4,
+        all.budget_at(1, 4),
+        all.budget_at(2, 4),
+        all.budget_at(3, 4),
         per_block}) {
     expect_fastest_within(graph, all, budget);
   }
