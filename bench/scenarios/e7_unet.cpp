@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -49,6 +50,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -301,8 +303,23 @@ PytorchSide start_pytorch_side(
   return side;
 }
 
+// NOTE: [A quiet start for every step]
+// The two processes take turns on the same cores. After a step, a process's
+// OpenMP workers spin for a while before they sleep (libgomp's default wait
+// policy: about a millisecond), so a step that starts right after the other
+// process's step shares the cores with that spinning: 2-5 % of a 50 ms
+// step. The order of the rounds does not make that even: a remat step
+// follows a PyTorch step, while a PyTorch step follows a remat step and its
+// gradient check, during which remat's own workers spin out. So every
+// step, on either side, starts after kQuietPause of sleep.
+constexpr auto kQuietPause = std::chrono::milliseconds(20);
+
+void quiet_pause() {
+  std::this_thread::sleep_for(kQuietPause);
+}
+
 // One PyTorch step of `kind`; appended to `into` when timed. False, with
-// side.unavailable set, when the side failed.
+// side.unavailable set, when the side failed. Starts with quiet_pause().
 bool pytorch_step(
     PytorchSide& side,
     const std::string& kind,
@@ -313,6 +330,7 @@ bool pytorch_step(
   if (!side.up()) {
     return false;
   }
+  quiet_pause();
   const auto reply = side.peer->request(
       {{"cmd", "step"}, {"kind", kind}, {"seed", seed}},
       options.reply_timeout_s);
@@ -413,6 +431,7 @@ std::pair<Measurement, Measurement> run_rounds(
       if (pytorch_first) {
         pytorch_step(side, config.pytorch_kind, seed, timed, options, &config);
       }
+      quiet_pause();
       const Measurement step = runner.step(config.forward, seed);
       const auto grads = gradients(*net);
       if (c == 0) {
@@ -437,6 +456,7 @@ std::pair<Measurement, Measurement> run_rounds(
   rerun.pytorch = Measurement{};
   for (int round = 0; round < context.rounds; ++round) {
     const uint64_t seed = first_seed + 1000 + static_cast<uint64_t>(round);
+    quiet_pause();
     append(rerun.remat, runner.step(rerun.forward, seed));
     pytorch_step(side, rerun.pytorch_kind, seed, true, options, &rerun);
   }
