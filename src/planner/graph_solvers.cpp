@@ -20,7 +20,8 @@
 // largest records first, and gives each the way that lowers the peak most
 // (ties: the faster), until the plan fits the budget or a pass changes nothing;
 // then it passes over them, slowest forwards first, giving each the fastest way
-// that still fits, until a pass changes nothing. The best plan of all starts is
+// that still fits, until a pass changes nothing; all of it within a work limit
+// (NOTE: [A bounded local search]). The best plan of all starts is
 // the incumbent of the exact branch and bound (NOTE: [Exact graph search] in
 // graph_exact.cpp), which answers with the best plan of the class when it
 // finishes within SolverOptions::graph_search_work and with the best it found
@@ -352,21 +353,46 @@ Candidate search_exhaustive(const Graph& graph, const Goal& goal) {
   }
 }
 
+// NOTE: [A bounded local search]
+// A pass of the local search simulates every way of every stage, O(L^2),
+// and a search makes a few tens of passes: 5 s at 800 stages and hours at
+// 10,000. So it counts its work as the other searches do (four per stage of
+// every simulated plan) and stops, keeping the plan it has, when the work
+// passes max(SolverOptions::graph_search_work, kMinLocalSearchWork). The
+// floor keeps the default's answers on the graphs the tests and E5 plan
+// (a 200-stage DAG's local searches take about 10^7), and bounds the
+// 10,000-stage ones to seconds.
+constexpr int64_t kMinLocalSearchWork = 100000000;
+
+/// Work spent and its limit, shared by the descents of one local search.
+struct WorkBudget {
+  int64_t spent = 0;
+  int64_t limit = 0;
+  bool spent_out() const {
+    return spent > limit;
+  }
+};
+
 /// Passes over the stages, in `order`: for each stage, the way `better`
 /// prefers most among its ways, if it prefers it to the current plan, is
-/// taken at once. Stops after a pass that changes nothing, or when
-/// `more(current)` turns false; returns the last plan.
+/// taken at once. Stops after a pass that changes nothing, when
+/// `more(current)` turns false, or when `work` is spent out; returns the
+/// last plan.
 template <typename Better, typename More>
 Candidate descend(
     const Graph& graph,
     Candidate current,
     const std::vector<int64_t>& order,
     Better better,
-    More more) {
+    More more,
+    WorkBudget& work) {
   bool changed = true;
-  while (changed && more(current)) {
+  while (changed && more(current) && !work.spent_out()) {
     changed = false;
     for (int64_t i : order) {
+      if (work.spent_out()) {
+        break;
+      }
       Candidate best = current;
       for (StageMode way : ways_of(graph, i)) {
         if (way == current.modes[i]) {
@@ -375,6 +401,7 @@ Candidate descend(
         Candidate candidate = current;
         candidate.modes[i] = way;
         evaluate(graph, candidate);
+        work.spent += 4 * graph.size();
         if (better(candidate, best)) {
           best = std::move(candidate);
         }
@@ -404,8 +431,9 @@ std::vector<int64_t> stages_by(const Graph& graph, Key key) {
   return order;
 }
 
-Candidate search_local(const Graph& graph, const Goal& goal) {
+Candidate search_local(const Graph& graph, const Goal& goal, int64_t work) {
   const int64_t n = graph.size();
+  WorkBudget budget{0, std::max(work, kMinLocalSearchWork)};
   const auto always = [](const Candidate&) { return true; };
   // Memory first where records are large, speed first where forwards are
   // slow.
@@ -439,7 +467,8 @@ Candidate search_local(const Graph& graph, const Goal& goal) {
     current.modes.back() = StageMode::kRecord;
     evaluate(graph, current);
     if (goal.min_memory) {
-      current = descend(graph, std::move(current), by_bytes, smaller, always);
+      current =
+          descend(graph, std::move(current), by_bytes, smaller, always, budget);
     } else {
       // Lower the peak until the plan fits, then make it faster while it
       // fits.
@@ -448,7 +477,8 @@ Candidate search_local(const Graph& graph, const Goal& goal) {
           std::move(current),
           by_bytes,
           smaller,
-          [&](const Candidate& c) { return !goal.fits(c); });
+          [&](const Candidate& c) { return !goal.fits(c); },
+          budget);
       if (goal.fits(current)) {
         current = descend(
             graph,
@@ -457,7 +487,8 @@ Candidate search_local(const Graph& graph, const Goal& goal) {
             [&](const Candidate& a, const Candidate& b) {
               return goal.fits(a) && faster(a, b);
             },
-            always);
+            always,
+            budget);
       }
     }
     if (!have_best || goal.better(current, best)) {
@@ -483,7 +514,7 @@ Candidate search(const Graph& graph, const Goal& goal, int64_t work) {
   if (combinations(graph) <= kMaxExhaustiveGraphPlans) {
     return search_exhaustive(graph, goal);
   }
-  Candidate best = search_local(graph, goal);
+  Candidate best = search_local(graph, goal, work);
   detail::search_windows(graph, goal, best, work);
   detail::search_exact(graph, goal, best, work);
   return best;

@@ -38,8 +38,10 @@ struct SolverOptions {
   /// separately, the exact branch and bound give up and the graph solvers
   /// keep the best plan found. More lets the exact search finish on larger
   /// graphs and tighter budgets, where its answer is the best of the plan
-  /// class (docs/planner.md, "Graphs", says where the default does).
-  /// Default: kMaxExactGraphWork. REQUIRES: >= 0.
+  /// class (docs/planner.md, "Graphs", says where the default does). The
+  /// local search before them stops at the larger of this and 10^8 (seconds
+  /// on a graph of thousands of stages). Default: kMaxExactGraphWork.
+  /// REQUIRES: >= 0.
   int64_t graph_search_work = kMaxExactGraphWork;
 };
 
