@@ -105,6 +105,15 @@ Graph random_dag(
   return Graph(std::move(stages), std::move(inputs), bytes(rng));
 }
 
+// Trial `trial` of a seeded sweep over small graphs: on even trials a U-Net
+// of 1 + trial % unet_levels levels, on odd ones a random DAG of 3 + trial %
+// dag_sizes stages (bytes up to 100).
+Graph small_graph(
+    std::mt19937_64& rng, int trial, int unet_levels, int dag_sizes) {
+  return trial % 2 == 0 ? unet_graph(rng, 1 + trial % unet_levels, 100)
+                        : random_dag(rng, 3 + trial % dag_sizes, 100);
+}
+
 // Every mode assignment schedule_graph takes, simulated: written here
 // independently of the solvers' search.
 struct Enumerated {
@@ -359,8 +368,7 @@ TEST(GraphSolvers, OnAChainAreTheChainSolvers) {
 TEST(GraphSolvers, EqualTheEnumerationOfTheirPlansOnSmallGraphs) {
   std::mt19937_64 rng(3);
   for (int trial = 0; trial < 60; ++trial) {
-    const Graph graph = trial % 2 == 0 ? unet_graph(rng, 1 + trial % 2, 100)
-                                       : random_dag(rng, 3 + trial % 5, 100);
+    const Graph graph = small_graph(rng, trial, 2, 5);
     const Enumerated all = enumerate_modes(graph);
     if (graph.is_chain()) {  // the chain solvers: rotor's wider plan class
       EXPECT_LE(min_feasible_budget_bytes(graph), all.min_peak);
@@ -399,8 +407,7 @@ TEST(GraphSolvers, ExactSearchEqualsTheEnumerationAboveTheExhaustiveLimit) {
 TEST(GraphSolvers, TheSearchesAloneEqualTheEnumeration) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 80; ++trial) {
-    const Graph graph = trial % 2 == 0 ? unet_graph(rng, 1 + trial % 4, 100)
-                                       : random_dag(rng, 3 + trial % 7, 100);
+    const Graph graph = small_graph(rng, trial, 4, 7);
     const Enumerated all = enumerate_modes(graph);
     SCOPED_TRACE("trial " + std::to_string(trial));
     for (int step = -1; step <= 8; ++step) {
