@@ -434,7 +434,7 @@ class ExactSearch {
       return;
     }
     if (i == n_) {
-      work_ += n_ * 4;  // simulate() replays about four ops per stage
+      work_ += simulation_work(graph_);
       Candidate candidate;
       candidate.modes = modes_;
       evaluate(graph_, candidate);

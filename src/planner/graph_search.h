@@ -56,6 +56,12 @@ struct Goal {
 /// and, for every stage but the last, kCheckpoint and kRecompute.
 std::vector<StageMode> ways_of(const Graph& graph, int64_t i);
 
+/// The work one simulate() of a plan of `graph` counts for in the searches'
+/// work limits: simulate() replays about four ops per stage.
+inline int64_t simulation_work(const Graph& graph) {
+  return 4 * graph.size();
+}
+
 /// The time stage i adds to a plan when run in `way`: its forward and
 /// backward, a second forward for kCheckpoint and kRecompute (the class runs
 /// every stage at most twice), the selective recomputation for kSelective.

@@ -183,7 +183,7 @@ bool improve_window(
   }
   bool improved = false;
   for (const Combination& c : combinations) {
-    work += 4 * graph.size();
+    work += simulation_work(graph);
     if (work > work_limit) {
       return improved;
     }
@@ -403,7 +403,7 @@ Candidate descend(
         Candidate candidate = current;
         candidate.modes[i] = way;
         evaluate(graph, candidate);
-        work.spent += 4 * graph.size();
+        work.spent += detail::simulation_work(graph);
         if (better(candidate, best)) {
           best = std::move(candidate);
         }
