@@ -179,6 +179,14 @@ void expect_fastest_within(
       << "budget " << budget;
 }
 
+// The branch and bound for `goal` from no incumbent and without a work
+// limit: whether it finished, its plan in `best`.
+bool search_unbounded(
+    const Graph& graph, const detail::Goal& goal, detail::Candidate& best) {
+  return detail::search_exact(
+      graph, goal, best, std::numeric_limits<int64_t>::max());
+}
+
 // The solvers against the enumeration: the least peak (and no plan one byte
 // below it), and the fastest plan at `steps` + 1 budgets from there to the
 // store-all peak.
@@ -410,13 +418,15 @@ TEST(GraphSolvers, TheSearchesAloneEqualTheEnumeration) {
     const Graph graph = small_graph(rng, trial, 4, 7);
     const Enumerated all = enumerate_modes(graph);
     SCOPED_TRACE("trial " + std::to_string(trial));
+    detail::Candidate least;
+    ASSERT_TRUE(search_unbounded(graph, detail::Goal{0, true}, least));
+    EXPECT_EQ(least.peak_bytes, all.min_peak);
     for (int step = -1; step <= 8; ++step) {
       const int64_t budget =
           step < 0 ? all.min_peak - 1 : all.budget_at(step, 8);
       const detail::Goal goal{budget, false};
       detail::Candidate exact;
-      ASSERT_TRUE(detail::search_exact(
-          graph, goal, exact, std::numeric_limits<int64_t>::max()));
+      ASSERT_TRUE(search_unbounded(graph, goal, exact));
       if (step < 0) {
         EXPECT_GT(exact.peak_bytes, budget);
         continue;
@@ -425,25 +435,13 @@ TEST(GraphSolvers, TheSearchesAloneEqualTheEnumeration) {
       EXPECT_DOUBLE_EQ(exact.time_ms, fastest_within(all, budget));
       if (graph.size() <= 6) {
         // From the least-memory plan, which fits every budget here.
-        detail::Candidate windowed;
-        ASSERT_TRUE(detail::search_exact(
-            graph,
-            detail::Goal{0, true},
-            windowed,
-            std::numeric_limits<int64_t>::max()));
+        detail::Candidate windowed = least;
         detail::search_windows(
             graph, goal, windowed, std::numeric_limits<int64_t>::max());
         EXPECT_LE(windowed.peak_bytes, budget);
         EXPECT_DOUBLE_EQ(windowed.time_ms, fastest_within(all, budget));
       }
     }
-    detail::Candidate least;
-    ASSERT_TRUE(detail::search_exact(
-        graph,
-        detail::Goal{0, true},
-        least,
-        std::numeric_limits<int64_t>::max()));
-    EXPECT_EQ(least.peak_bytes, all.min_peak);
   }
 }
 
@@ -466,11 +464,7 @@ TEST(GraphSolvers, MoreSearchWorkFindsTheClassesBest) {
     const Graph graph = unet_graph(rng, 7, 1000);
     SCOPED_TRACE("seed " + std::to_string(seed));
     detail::Candidate least;
-    ASSERT_TRUE(detail::search_exact(
-        graph,
-        detail::Goal{0, true},
-        least,
-        std::numeric_limits<int64_t>::max()));
+    ASSERT_TRUE(search_unbounded(graph, detail::Goal{0, true}, least));
     const int64_t found = min_feasible_budget_bytes(graph, more);
     EXPECT_EQ(found, least.peak_bytes);
     EXPECT_EQ(
@@ -480,11 +474,7 @@ TEST(GraphSolvers, MoreSearchWorkFindsTheClassesBest) {
     const int64_t most = simulate(graph, solve_store_all(graph)).peak_bytes;
     const int64_t budget = found + (most - found) / 4;
     detail::Candidate fastest;
-    ASSERT_TRUE(detail::search_exact(
-        graph,
-        detail::Goal{budget, false},
-        fastest,
-        std::numeric_limits<int64_t>::max()));
+    ASSERT_TRUE(search_unbounded(graph, detail::Goal{budget, false}, fastest));
     const Simulation sim = simulate(graph, *solve_optimal(graph, budget, more));
     EXPECT_LE(sim.peak_bytes, budget);
     EXPECT_DOUBLE_EQ(sim.time_ms, fastest.time_ms);
