@@ -17,10 +17,16 @@ struct Candidate {
   std::vector<StageMode> modes;
   int64_t peak_bytes = std::numeric_limits<int64_t>::max();
   double time_ms = std::numeric_limits<double>::infinity();
+  /// The distinct peaks of the plan's ops, highest first; filled only when
+  /// evaluate() is asked for them (NOTE: [Below the peak] in
+  /// graph_solvers.cpp).
+  std::vector<int64_t> op_peaks;
 };
 
-/// Sets candidate's peak and time from simulate(schedule_graph(...)).
-void evaluate(const Graph& graph, Candidate& candidate);
+/// Sets candidate's peak and time from simulate(schedule_graph(...)), and,
+/// with `with_op_peaks`, its op_peaks.
+void evaluate(
+    const Graph& graph, Candidate& candidate, bool with_op_peaks = false);
 
 // Lexicographic preferences of the searches.
 inline bool faster(const Candidate& a, const Candidate& b) {
@@ -30,6 +36,17 @@ inline bool faster(const Candidate& a, const Candidate& b) {
 inline bool smaller(const Candidate& a, const Candidate& b) {
   return a.peak_bytes < b.peak_bytes ||
          (a.peak_bytes == b.peak_bytes && a.time_ms < b.time_ms);
+}
+/// As smaller(), but between equal peaks the lower op peaks below it win
+/// (compared highest first), then the faster.
+inline bool lower_profile(const Candidate& a, const Candidate& b) {
+  if (a.peak_bytes != b.peak_bytes) {
+    return a.peak_bytes < b.peak_bytes;
+  }
+  if (a.op_peaks != b.op_peaks) {
+    return a.op_peaks < b.op_peaks;
+  }
+  return a.time_ms < b.time_ms;
 }
 
 /// What a search is asked: the fastest plan within budget_bytes, or (with

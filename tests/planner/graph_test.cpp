@@ -447,8 +447,8 @@ TEST(GraphSolvers, TheSearchesAloneEqualTheEnumeration) {
 
 // SolverOptions::graph_search_work reaches both searches: on U-Nets of 16
 // stages where the default work does not let the exact search finish (seeds
-// chosen so: the default's least memory is 8,712 bytes against 8,643 on seed
-// 3, 9,217 against 8,672 on seed 2), a larger one gives the class's best
+// chosen so: the default's least memory is 9,217 bytes against 8,672 on seed
+// 2, 9,183 against 9,124 on seed 5), a larger one gives the class's best
 // (the branch and bound run without a limit) for the least memory and for
 // the fastest plan within a budget. A negative work is refused by every
 // graph solver, naming the value.
@@ -457,8 +457,8 @@ TEST(GraphSolvers, MoreSearchWorkFindsTheClassesBest) {
   more.graph_search_work = 30 * kMaxExactGraphWork;
   int worse_by_default = 0;
   const std::vector<uint64_t> seeds = testing::kCaseDivisor > 1
-                                          ? std::vector<uint64_t>{3}
-                                          : std::vector<uint64_t>{2, 3};
+                                          ? std::vector<uint64_t>{5}
+                                          : std::vector<uint64_t>{2, 5};
   for (uint64_t seed : seeds) {
     std::mt19937_64 rng(seed);
     const Graph graph = unet_graph(rng, 7, 1000);
@@ -504,6 +504,34 @@ TEST(GraphSolvers, MoreSearchWorkFindsTheClassesBest) {
         solve_min_memory(graph, negative);
       }).find("solve_min_memory: " + expected),
       std::string::npos);
+}
+
+// The least-memory local search alone (graph_search_work 0: no windows, no
+// branch and bound) against the class's least peak (the branch and bound run
+// without a limit), on 40 seeded graphs above the exhaustive limit: U-Nets
+// of 10 to 16 stages and random DAGs of 10 to 16 stages. With the second
+// descent of NOTE: [Below the peak] it reaches the least peak on 25 of them;
+// by peak alone it did on 21. Its answer is a valid plan of that peak.
+TEST(GraphSolvers, TheLeastMemoryLocalSearchLeavesPlateaus) {
+  SolverOptions local_only;
+  local_only.graph_search_work = 0;
+  int exact = 0;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    std::mt19937_64 rng(100 + seed);
+    const int64_t size = static_cast<int64_t>(seed / 2);
+    const Graph graph = seed % 2 == 0 ? unet_graph(rng, 4 + size % 4, 1000)
+                                      : random_dag(rng, 10 + size % 7, 1000);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    detail::Candidate least;
+    ASSERT_TRUE(search_unbounded(graph, detail::Goal{0, true}, least));
+    const int64_t found = min_feasible_budget_bytes(graph, local_only);
+    EXPECT_GE(found, least.peak_bytes);
+    const Simulation sim = simulate(graph, solve_min_memory(graph, local_only));
+    ASSERT_TRUE(sim.valid) << sim.error;
+    EXPECT_EQ(sim.peak_bytes, found);
+    exact += found == least.peak_bytes ? 1 : 0;
+  }
+  EXPECT_GE(exact, 25);
 }
 
 // A real profile, not a generated one: the built-in 2D U-Net (3 levels, base
