@@ -84,6 +84,15 @@ TEST(Budget, ConstructorsValidate) {
   EXPECT_THROW(Budget::fraction(-0.5), c10::Error);
   EXPECT_THROW(Budget::fraction(1.5), c10::Error);
   EXPECT_THROW(Budget::fraction(std::nan("")), c10::Error);
+  // A fraction just above 1 is named with every digit, not as "1".
+  try {
+    Budget::fraction(1.0000001);
+    ADD_FAILURE() << "Budget::fraction(1.0000001) was accepted";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(
+        std::string(error.what()).find("got 1.0000001"), std::string::npos)
+        << error.what();
+  }
   EXPECT_EQ(Budget::bytes(5).budget_bytes(), 5);
   EXPECT_FALSE(Budget::bytes(5).is_fraction());
 }

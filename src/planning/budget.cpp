@@ -91,11 +91,16 @@ Budget Budget::bytes(int64_t budget_bytes) {
 }
 
 Budget Budget::fraction(double fraction) {
-  TORCH_CHECK(
-      fraction > 0 && fraction <= 1,
-      "remat::Budget::fraction: expected a fraction of the store-all peak in "
-      "(0, 1], got ",
-      fraction);
+  if (!(fraction > 0 && fraction <= 1)) {
+    // Every digit: a fraction just above 1 must not print as 1.
+    char text[40];
+    std::snprintf(text, sizeof(text), "%.17g", fraction);
+    TORCH_CHECK(
+        false,
+        "remat::Budget::fraction: expected a fraction of the store-all peak "
+        "in (0, 1], got ",
+        text);
+  }
   Budget budget;
   budget.kind_ = Kind::kFraction;
   budget.fraction_ = fraction;
