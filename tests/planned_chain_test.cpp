@@ -644,6 +644,37 @@ TEST(PlannedChain, RefusesAnInputModifiedInPlaceBeforeBackward) {
   }
 }
 
+// A gradient of the gradients (backward with create_graph) would be zero:
+// the stages' backwards build no graph of what they produce. Refused, on
+// every plan (store-all included, one engine call: NOTE: [Linked stages]).
+TEST(PlannedChain, RefusesABackwardThatCreatesAGraph) {
+  torch::manual_seed(3);
+  torch::nn::Linear first(4, 4);
+  torch::nn::Linear last(4, 4);
+  const std::vector<remat::Stage> stages = {
+      {[first](const torch::Tensor& x) mutable { return first(x).tanh(); },
+       first.ptr()},
+      {[last](const torch::Tensor& x) mutable { return last(x); }, last.ptr()},
+  };
+  for (const char* text : {"R0 R1 B1 B0", "N0 R1 B1 R0 B0"}) {
+    SCOPED_TRACE(text);
+    remat::PlannedChain net(stages, remat::planner::plan_from_string(text));
+    torch::Tensor input = torch::randn({3, 4}, torch::requires_grad());
+    torch::Tensor loss = net->forward(input).pow(2).sum();
+    try {
+      loss.backward({}, /*retain_graph=*/true, /*create_graph=*/true);
+      ADD_FAILURE() << "expected an error";
+    } catch (const c10::Error& error) {
+      EXPECT_NE(
+          std::string(error.what_without_backtrace())
+              .find("remat::PlannedChain: backward(create_graph=true) is not "
+                    "supported"),
+          std::string::npos)
+          << error.what_without_backtrace();
+    }
+  }
+}
+
 TEST(PlannedChain, RefusesEmptyChainsStagesWithoutForwardAndBadPlans) {
   auto expect_error = [](const std::function<void()>& make,
                          const std::string& message) {

@@ -431,7 +431,8 @@ TEST(PlannedGraph, RefusesAStageThatModifiesItsInputInPlace) {
       std::string::npos);
 }
 
-// One backward per forward, and no torch::autograd::grad.
+// One backward per forward, no torch::autograd::grad, no create_graph
+// (whose gradients of gradients would be zero), and a defined input.
 TEST(PlannedGraph, RefusesASecondBackwardAndAutogradGrad) {
   SkipGraph graph;
   const remat::planner::Graph profiled = remat::profile_graph(
@@ -450,6 +451,17 @@ TEST(PlannedGraph, RefusesASecondBackwardAndAutogradGrad) {
       message_of([&] { torch::autograd::grad({again}, {graph.input}); })
           .find("torch::autograd::grad and backward(inputs=...) are not "
                 "supported"),
+      std::string::npos);
+  EXPECT_NE(
+      message_of([&] {
+        net->forward(torch::Tensor());
+      }).find("remat::PlannedGraph::forward: expected a defined input"),
+      std::string::npos);
+  torch::Tensor penalty = net->forward(graph.input).sum();
+  EXPECT_NE(
+      message_of([&] {
+        penalty.backward({}, /*retain_graph=*/true, /*create_graph=*/true);
+      }).find("backward(create_graph=true) is not supported"),
       std::string::npos);
 }
 

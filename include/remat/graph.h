@@ -28,7 +28,8 @@
 // docs/planned_execution.md.
 //
 // Limits (as PlannedChain's): backward runs once per forward, and
-// torch::autograd::grad / backward(inputs=...) are refused.
+// torch::autograd::grad / backward(inputs=...) / backward(create_graph=true)
+// are refused.
 #pragma once
 
 #include <functional>

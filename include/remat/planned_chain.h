@@ -38,7 +38,8 @@
 //
 // Limits: parameters receive their gradients by accumulation inside the
 // backward, so torch::autograd::grad and backward(inputs=...) are refused;
-// backward may run once per forward (no retain_graph re-use).
+// backward may run once per forward (no retain_graph re-use) and builds no
+// graph of the gradients (backward(create_graph=true) is refused).
 #pragma once
 
 #include <cstdint>

@@ -22,9 +22,9 @@
 // shape). See docs/planned_execution.md.
 //
 // Limits: those of PlannedChain (remat/planned_chain.h), which runs it: no
-// torch::autograd::grad or backward(inputs=...), one backward per forward;
-// every child takes one Tensor and returns one Tensor (for other blocks, build
-// a std::vector<Stage> and use PlannedChain).
+// torch::autograd::grad, backward(inputs=...) or create_graph, one backward
+// per forward; every child takes one Tensor and returns one Tensor (for
+// other blocks, build a std::vector<Stage> and use PlannedChain).
 #pragma once
 
 #include <cstdint>

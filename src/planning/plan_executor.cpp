@@ -467,6 +467,15 @@ class PlanBackward : public torch::autograd::Node {
         who_,
         ": expected one backward per forward, got a second backward through "
         "the same forward (retain_graph is not supported)");
+    // The engine runs a backward with create_graph under grad mode. The
+    // stages' backwards build no graph of the gradients they produce, so a
+    // gradient of a gradient would be silently zero: refuse it.
+    TORCH_CHECK(
+        !c10::GradMode::is_enabled(),
+        who_,
+        ": backward(create_graph=true) is not supported (a gradient of the "
+        "gradients, such as a gradient penalty, would be zero); compute such "
+        "a term with a plain run of the model");
     std::shared_ptr<BackwardPhase> phase = std::move(phase_);
     // Take g_L out of the engine's list so that it can be freed mid-way.
     torch::Tensor grad_output = std::move(grads.at(0));

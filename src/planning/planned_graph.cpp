@@ -109,6 +109,9 @@ PlannedGraphImpl::PlannedGraphImpl(
 }
 
 torch::Tensor PlannedGraphImpl::forward(const torch::Tensor& input) {
+  TORCH_CHECK(
+      input.defined(),
+      "remat::PlannedGraph::forward: expected a defined input tensor");
   if (!options_.input_shape().empty()) {
     TORCH_CHECK(
         input.sizes().vec() == options_.input_shape(),
