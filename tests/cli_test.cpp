@@ -1790,6 +1790,27 @@ TEST(RematBinary, ParallelTrainRefusesABatchThatDoesNotDivide) {
       << describe(result);
 }
 
+// What trains in one process only (a U-Net, the dynamic mode) is refused by
+// the launcher, once, before it starts any worker.
+TEST(RematBinary, ParallelTrainRefusesOneProcessModesBeforeLaunching) {
+  for (const std::string flags :
+       {"--model unet2d --image 16 --batch 2 --nproc 2",
+        "--model mlp --layers 2 --hidden 8 --batch 4 --recompute dynamic "
+        "--nproc 2"}) {
+    SCOPED_TRACE(flags);
+    const ProcessResult result = run_remat("train " + flags + " --steps 2");
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    const std::string refusal = "--nproc, --rank and --shard: not supported";
+    const size_t first = result.err.find(refusal);
+    EXPECT_NE(first, std::string::npos) << describe(result);
+    EXPECT_EQ(result.err.find(refusal, first + 1), std::string::npos)
+        << describe(result);
+    EXPECT_EQ(result.err.find("worker rank"), std::string::npos)
+        << describe(result);
+    EXPECT_TRUE(result.out.empty()) << result.out;
+  }
+}
+
 TEST(RematBinary, ALocalWorkerThatFailsMakesTheLaunchFail) {
   const ProcessResult result =
       run_remat("train --model mlp --hidden 0 --batch 8 --nproc 2");

@@ -512,6 +512,19 @@ struct TrainSummary {
   measure::RatioInterval time_ratio;
 };
 
+/// Whether this command trains data parallel: by its flags, or as a worker
+/// that --nproc or torchrun started (the group in the environment).
+bool data_parallel(const TrainOptions& options) {
+  if (options.nproc > 0 || options.rank >= 0 || options.shard) {
+    return true;
+  }
+#if REMAT_WITH_DISTRIBUTED
+  return distributed::environment_names_a_group();
+#else
+  return false;
+#endif
+}
+
 /// Refuses the flags a graph model does not take, before any work.
 void check_graph_flags(const TrainOptions& options) {
   auto refuse = [&](const std::string& flag) {
@@ -526,7 +539,7 @@ void check_graph_flags(const TrainOptions& options) {
   if (options.selective) {
     throw refuse("--selective");
   }
-  if (options.nproc > 0 || options.rank >= 0 || options.shard) {
+  if (data_parallel(options)) {
     throw refuse("--nproc, --rank and --shard");
   }
 }
@@ -552,7 +565,7 @@ void check_recompute_flags(const TrainOptions& options, bool recipe) {
     if (options.selective) {
       throw refuse("--selective", "there is no plan to choose it");
     }
-    if (options.nproc > 0 || options.rank >= 0 || options.shard) {
+    if (data_parallel(options)) {
       throw refuse("--nproc, --rank and --shard", "one process only");
     }
   }
@@ -1245,13 +1258,23 @@ Trainers prepare_graph_training(
   return make_graph_trainers(options, run, graph, model, strategy);
 }
 
+/// The flag checks of measure_training, which run_train also makes before
+/// it launches workers (so that a refusal comes once, before any process).
+void check_training_flags(const TrainOptions& options) {
+  const bool dynamic = options.recompute == "dynamic";
+  check_recompute_flags(options, options.recompute != "optimal" && !dynamic);
+  if (is_graph_model(options.model.model)) {
+    check_graph_flags(options);
+  }
+}
+
 TrainRun measure_training(
     const TrainOptions& options, Parallel& parallel, const CommandIo& io) {
   const bool human = !options.json;
   const measure::Timer run_timer;
   const bool dynamic = options.recompute == "dynamic";
   const bool recipe = options.recompute != "optimal" && !dynamic;
-  check_recompute_flags(options, recipe);
+  check_training_flags(options);
   TrainRun run;
   run.recompute = options.recompute;
   if (dynamic) {
@@ -1261,9 +1284,7 @@ TrainRun measure_training(
   run.optimizer = options.optimizer;
   run.precision = cpu_precision(options.precision);
   run.graph = is_graph_model(options.model.model);
-  if (run.graph) {
-    check_graph_flags(options);
-  } else {
+  if (!run.graph) {
     if (options.budget.strategy == "per-block" ||
         options.budget.strategy == "encoder") {
       throw UsageError(
@@ -1596,6 +1617,7 @@ void render_text(
 }  // namespace
 
 void run_train(const TrainOptions& options, const CommandIo& io) {
+  check_training_flags(options);
   if (options.nproc > 0) {
 #if !REMAT_WITH_DISTRIBUTED
     throw_without_distributed("--nproc");
