@@ -900,6 +900,65 @@ TEST(Reentrant, AutogradGradIsRefusedWithAClearError) {
   }
 }
 
+// A backward with create_graph would build no graph of the region's
+// gradients (a gradient penalty's second derivative would be missing), and
+// an undefined input cannot be saved: both refused, naming the mode.
+TEST(Reentrant, CreateGraphAndUndefinedInputsAreRefusedWithAClearError) {
+  auto x = torch::randn({3}, torch::requires_grad());
+  auto y = remat::checkpoint(
+      [](const torch::Tensor& in) { return in.exp(); },
+      x,
+      CheckpointOptions().mode(Mode::kReentrant));
+  try {
+    y.sum().backward({}, /*retain_graph=*/true, /*create_graph=*/true);
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "Mode::kReentrant does not support backward(create_graph=true)"),
+        std::string::npos)
+        << e.what();
+  }
+  try {
+    remat::checkpoint(
+        [](const torch::autograd::variable_list& in) {
+          return torch::autograd::variable_list{in[0].exp()};
+        },
+        {x, torch::Tensor()},
+        CheckpointOptions().mode(Mode::kReentrant));
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("got an undefined tensor as input 1"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+// With no check, a recomputation that saves fewer tensors than the forward
+// is still reported as the function's fault, not as an internal error.
+TEST(NonReentrant, ARecomputationThatSavesLessIsReportedWithoutTheCheck) {
+  auto x = torch::randn({4}, torch::requires_grad());
+  int calls = 0;
+  auto y = remat::checkpoint(
+      [&](const torch::Tensor& in) {
+        ++calls;
+        return calls == 1 ? in.exp().exp() : in.exp() * 2;
+      },
+      x,
+      CheckpointOptions().determinism_check(DeterminismCheck::kNone));
+  try {
+    y.sum().backward();
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "the recomputation saved fewer tensors than the forward did"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
 // ---- bad input
 // ---------------------------------------------------------------
 

@@ -15,9 +15,14 @@
 //  - Mode::kReentrant: a custom autograd function that re-runs `fn` and
 //    backpropagates through it inside backward. Limits: gradients reach only
 //    through inputs that require grad (captured parameters get none if no
-//    input requires grad); torch::autograd::grad and backward(inputs=...) are
-//    refused with an error; `fn` runs without grad mode in the forward, so it
-//    cannot call torch::autograd::grad itself; no early stop.
+//    input requires grad); torch::autograd::grad, backward(inputs=...) and
+//    backward(create_graph=true) are refused with an error, and so are
+//    undefined inputs; `fn` runs without grad mode in the forward, so it
+//    cannot call torch::autograd::grad itself; no early stop. An input that
+//    the region reads more than once and that the caller also uses elsewhere
+//    gets its gradient summed in another order than a plain run's (the
+//    region's own terms first, as PyTorch's reentrant checkpoint does): equal
+//    to rounding, not bitwise.
 //
 // Both replay the RNG state (CPU generator and the CUDA generator of every
 // device the inputs live on) and the autocast state, and check the

@@ -121,9 +121,14 @@ class Frame final : public PackSink {
     if (!slot.recomputed.defined()) {
       recompute();
     }
-    TORCH_INTERNAL_ASSERT(
+    // With DeterminismCheck::kNone nothing compared the recomputation with
+    // the forward: one that saved fewer tensors ends here.
+    TORCH_CHECK(
         slot.recomputed.defined(),
-        "remat::checkpoint: recomputation did not produce a saved tensor");
+        "remat::checkpoint: the recomputation saved fewer tensors than the "
+        "forward did, so backward lacks one: the checkpointed function is "
+        "not deterministic (run it with DeterminismCheck::kMetadata to see "
+        "where it differs)");
     return std::exchange(slot.recomputed, at::Tensor());
   }
 

@@ -17,6 +17,7 @@
 #include <algorithm>
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -104,6 +105,13 @@ struct ReentrantCheckpoint
         "remat::checkpoint: Mode::kReentrant does not support "
         "torch::autograd::grad or backward with explicit inputs; use "
         "Mode::kNonReentrant (the default)");
+    // A backward with create_graph runs under grad mode; the region's inner
+    // backward would build no graph of its gradients (their own gradients
+    // would be missing, silently).
+    TORCH_CHECK(
+        !c10::GradMode::is_enabled(),
+        "remat::checkpoint: Mode::kReentrant does not support "
+        "backward(create_graph=true); use Mode::kNonReentrant (the default)");
     auto state = c10::static_intrusive_pointer_cast<ReentrantState>(
         ctx->saved_data.at(kStateKey).toCapsule());
     // Unpacking checks that no input was modified in place since forward.
@@ -148,8 +156,14 @@ variable_list checkpoint_reentrant(
     const variable_list& inputs,
     const CheckpointOptions& options) {
   bool any_requires_grad = false;
-  for (const auto& input : inputs) {
-    any_requires_grad |= input.defined() && input.requires_grad();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TORCH_CHECK(
+        inputs[i].defined(),
+        "remat::checkpoint: Mode::kReentrant expected defined inputs, got an "
+        "undefined tensor as input ",
+        i,
+        "; leave it out of the inputs, or use Mode::kNonReentrant");
+    any_requires_grad |= inputs[i].requires_grad();
   }
   if (!any_requires_grad) {
     TORCH_WARN_ONCE(
