@@ -97,7 +97,8 @@ void check_unet_options(const UNetOptions& options) {
 
 /// forward()'s input contract: [N, in_channels, *spatial], each spatial
 /// size a positive multiple of 2^levels.
-void check_unet_input(const UNetOptions& options, const torch::Tensor& input) {
+void check_unet_input(
+    const UNetOptions& options, const torch::Tensor& input, bool training) {
   const char* where = "remat::models::UNet";
   TORCH_CHECK(input.defined(), where, ": expected an input, got none");
   TORCH_CHECK(
@@ -124,6 +125,25 @@ void check_unet_input(const UNetOptions& options, const torch::Tensor& input) {
         dim,
         " of input ",
         input.sizes());
+  }
+  // In training, BatchNorm needs two values per channel or more; the fewest
+  // are at the bottleneck, whose spatial sizes are the input's / 2^levels.
+  if (training && options.norm() == UNetNorm::kBatch) {
+    int64_t values = input.size(0);
+    for (int64_t dim = 2; dim < input.dim(); ++dim) {
+      values *= input.size(dim) / multiple;
+    }
+    TORCH_CHECK(
+        values > 1,
+        where,
+        ": BatchNorm in training needs more than one value per channel, and "
+        "the bottleneck of input ",
+        input.sizes(),
+        " (levels ",
+        options.levels(),
+        ") has ",
+        values,
+        ": use a batch of 2 or more, a larger input, or GroupNorm");
   }
 }
 
@@ -346,7 +366,7 @@ void UNetImpl::pretty_print(std::ostream& stream) const {
 
 // See NOTE: [One computation, two drivers].
 torch::Tensor UNetImpl::forward(const torch::Tensor& input) {
-  check_unet_input(options, input);
+  check_unet_input(options, input, is_training());
   std::vector<torch::Tensor> skips;
   torch::Tensor activation = input;
   for (size_t level = 0; level < encoder.size(); ++level) {
@@ -429,8 +449,9 @@ std::vector<remat::GraphStage> UNetImpl::stages(UNetStageSplit split) const {
     // Encoder 0 reads the graph input, checked as forward() checks it.
     OneInput check;
     if (level == 0) {
-      check = [checked = options](const torch::Tensor& x) {
-        check_unet_input(checked, x);
+      check = [checked = options,
+               block = encoder[level]](const torch::Tensor& x) {
+        check_unet_input(checked, x, block->is_training());
         return x;
       };
     }

@@ -160,9 +160,11 @@ class UNetImpl : public torch::nn::Cloneable<UNetImpl> {
   void reset() override;
   void pretty_print(std::ostream& stream) const override;
   /// Logits [N, classes, *spatial] of `input` [N, in_channels, *spatial].
-  /// Throws c10::Error if input is not of that form (naming its shape), or
+  /// Throws c10::Error if input is not of that form (naming its shape), if
   /// a spatial size is not divisible by 2^levels (naming the rule, the size
-  /// and levels).
+  /// and levels), or if, in training with BatchNorm, the bottleneck would
+  /// have one value per channel (batch 1 with an input of 2^levels per
+  /// side).
   torch::Tensor forward(const torch::Tensor& input);
 
   /// The same computation as graph stages. With UNetStageSplit::kBlock

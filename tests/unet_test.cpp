@@ -258,6 +258,29 @@ TEST(UNet, RefusesSpatialSizesNotDivisibleByTwoToTheLevels) {
       (std::vector<int64_t>{1, 2, 8, 16}));
 }
 
+// BatchNorm in training needs two values per channel or more: a bottleneck
+// of one value (batch 1, an input of 2^levels per side) is refused before
+// LibTorch's own error deep inside, by forward() and by the first stage; in
+// eval mode, or with GroupNorm, it runs.
+TEST(UNet, RefusesABottleneckOfOneValueForBatchNormInTraining) {
+  UNet net(UNetOptions().levels(3).base_width(4));
+  const auto single = torch::randn({1, 1, 8, 8});
+  const std::string rule =
+      "BatchNorm in training needs more than one value per channel, and the "
+      "bottleneck of input [1, 1, 8, 8] (levels 3) has 1";
+  EXPECT_TRUE(throws_containing([&] { net->forward(single); }, rule));
+  const auto stages = net->stages();
+  EXPECT_TRUE(throws_containing([&] { stages[0].forward({single}); }, rule));
+  net->eval();
+  EXPECT_EQ(net->forward(single).sizes(), (std::vector<int64_t>{1, 2, 8, 8}));
+  EXPECT_EQ(
+      stages[0].forward({single}).sizes(),
+      (std::vector<int64_t>{1, 4, 8, 8}));  // the first block's output
+  UNet grouped(UNetOptions().levels(3).base_width(4).norm(UNetNorm::kGroup));
+  EXPECT_EQ(
+      grouped->forward(single).sizes(), (std::vector<int64_t>{1, 2, 8, 8}));
+}
+
 TEST(UNet, RefusesBadOptionsNamingTheValue) {
   EXPECT_TRUE(throws_containing(
       [] { UNet(UNetOptions().dims(4)); }, "expected dims 2 or 3, got 4"));
