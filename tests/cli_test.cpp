@@ -1435,6 +1435,63 @@ TEST(RematBinary, ProfilePlanExplainAUNetGraph) {
       << result.err;
 }
 
+// Sizes that cannot train are refused before any work, naming the flags:
+// a BatchNorm that would see one value per channel (batch 1 at the smallest
+// image), an image whose first activations no tensor can hold, and a --save
+// path that cannot be written.
+TEST(RunCli, SizesThatCannotTrainAndUnwritableSavesAreRefusedFirst) {
+  const struct {
+    std::vector<std::string> arguments;
+    std::string expected;
+  } cases[] = {
+      {{"train", "--model", "unet2d", "--batch", "1", "--image", "8"},
+       "--batch 1 with --image 8 (--levels 3): the bottleneck's BatchNorm "
+       "would see one value per channel"},
+      {{"fit",
+        "--model",
+        "unet2d",
+        "--over",
+        "image",
+        "--batch",
+        "1",
+        "--cap",
+        "4MiB"},
+       "--batch 1: --over image tries edges from 2^levels = 8"},
+      {{"profile",
+        "--model",
+        "resnet",
+        "--image",
+        "8",
+        "--layers",
+        "1",
+        "--hidden",
+        "2",
+        "--batch",
+        "1"},
+       "--batch 1 with --image 8: the last stage's BatchNorm would see one "
+       "value per channel"},
+      {{"train", "--model", "unet2d", "--image", "2147483648"},
+       "--image 2147483648: the first block's activations would take"},
+      {{"train",
+        "--model",
+        "mlp",
+        "--layers",
+        "1",
+        "--hidden",
+        "4",
+        "--save",
+        scratch().string()},
+       "is a folder, expected a file"},
+  };
+  for (const auto& [arguments, expected] : cases) {
+    SCOPED_TRACE(arguments.front() + " " + expected);
+    const ProcessResult result = run_in_process(arguments);
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    EXPECT_NE(result.err.find(expected), std::string::npos) << result.err;
+    EXPECT_EQ(result.out.find("step "), std::string::npos) << result.out;
+  }
+}
+
 TEST(RunCli, UNetFlagsAreCheckedAndChainOnlyUsesRefuseAGraph) {
   ProcessResult result = run_in_process(
       {"train", "--model", "unet2d", "--levels", "3", "--image", "36"});

@@ -136,6 +136,13 @@ Fitted fit_over_image(const FitCommandOptions& options, const Budget& cap) {
   // The workload checks --levels and --image (the edge it is built at).
   Workload workload(options.model, options.seed);
   const int64_t step = edge_step(options);
+  if (options.model.batch == 1) {
+    throw UsageError(
+        "--batch 1: --over image tries edges from 2^levels = " +
+        std::to_string(step) +
+        ", where the bottleneck's BatchNorm sees one value per channel; use "
+        "--batch 2 or more");
+  }
   const int64_t max_edge = max_image_edge(options);
   if (max_edge % step != 0) {
     throw UsageError(

@@ -56,10 +56,14 @@
 // parameters and the resident shards, so the budget and the reported peak
 // cover parameters and activations together; --save gathers the parameters
 // on every rank and rank 0 writes them.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <optional>
 #include <sstream>
@@ -287,6 +291,28 @@ void save_parameters(const torch::nn::Module& model, const std::string& path) {
     throw UsageError(
         "--save: cannot write '" + path +
         "': " + error.what_without_backtrace());
+  }
+}
+
+/// Refuses a --save path that could not be written, before any training:
+/// its folder is made (as --out's is) and must be writable, and the path
+/// must not be a folder.
+void check_save_path(const std::string& path) {
+  if (path.empty()) {
+    return;
+  }
+  const std::filesystem::path file(path);
+  const std::string folder =
+      file.has_parent_path() ? file.parent_path().string() : ".";
+  make_folder("--save", folder);
+  std::error_code error;
+  if (std::filesystem::is_directory(file, error)) {
+    throw UsageError("--save: '" + path + "' is a folder, expected a file");
+  }
+  if (::access(folder.c_str(), W_OK) != 0) {
+    throw UsageError(
+        "--save: cannot write in folder '" + folder +
+        "': " + std::strerror(errno));
   }
 }
 
@@ -1618,6 +1644,7 @@ void render_text(
 
 void run_train(const TrainOptions& options, const CommandIo& io) {
   check_training_flags(options);
+  check_save_path(options.save);
   if (options.nproc > 0) {
 #if !REMAT_WITH_DISTRIBUTED
     throw_without_distributed("--nproc");

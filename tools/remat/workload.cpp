@@ -2,6 +2,8 @@
 #include "workload.h"
 
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -293,6 +295,15 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
           "--image: must be divisible by 8, got " +
           std::to_string(flags.image));
     }
+    // BatchNorm in training needs two values per channel or more; the last
+    // stage's maps are --image / 8 per side.
+    const int64_t last_side = flags.image >> (stages - 1);
+    if (flags.batch * last_side * last_side < 2) {
+      throw UsageError(
+          "--batch 1 with --image " + std::to_string(flags.image) +
+          ": the last stage's BatchNorm would see one value per channel "
+          "(its maps are 1x1); use --batch 2 or more, or a larger --image");
+    }
     std::vector<int64_t> channels;
     for (int64_t stage = 0; stage < stages; ++stage) {
       channels.push_back(flags.hidden << stage);
@@ -322,6 +333,29 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
           std::to_string(flags.image));
     }
     const bool volume = flags.model == "unet3d";
+    // As the ResNet's: the bottleneck's maps are --image / 2^levels per side.
+    if (flags.batch == 1 && flags.image == multiple) {
+      throw UsageError(
+          "--batch 1 with --image " + std::to_string(flags.image) +
+          " (--levels " + std::to_string(flags.levels) +
+          "): the bottleneck's BatchNorm would see one value per channel (its "
+          "maps are " +
+          std::string(volume ? "1x1x1" : "1x1") +
+          "); use --batch 2 or more, or a larger --image");
+    }
+    // The first block's activations (batch x width x edge^dims floats) must
+    // have a byte size a tensor can hold; past it the size would wrap.
+    const double first_bytes =
+        static_cast<double>(flags.batch) * static_cast<double>(flags.hidden) *
+        std::pow(static_cast<double>(flags.image), volume ? 3 : 2) * 4;
+    if (first_bytes >= 0x1p62) {
+      char bytes[32];
+      std::snprintf(bytes, sizeof(bytes), "%.3g", first_bytes);
+      throw UsageError(
+          "--image " + std::to_string(flags.image) +
+          ": the first block's activations would take " + bytes +
+          " bytes, more than a tensor can hold (2^62)");
+    }
     graph_ = training_graph_of(
         models::UNet(models::UNetOptions()
                          .dims(volume ? 3 : 2)
