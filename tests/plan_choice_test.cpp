@@ -117,6 +117,31 @@ TEST(ChoosePlan, ADefaultBudgetBelowTheMinimumIsRaisedToIt) {
   EXPECT_EQ(kept.budget_text, roomy.to_string());
 }
 
+// chen's greedy segmentation may not reach the optimal minimum: a default
+// budget is then raised to the least budget chen fits (one byte less does
+// not fit it), never left infeasible; a given budget still is.
+TEST(ChoosePlan, ADefaultBudgetIsRaisedToTheLeastItsStrategyFits) {
+  const remat::planner::Chain chain = sample_chain();
+  const auto chen = Strategy::parse("chen");
+  const int64_t minimum = remat::planner::min_feasible_budget_bytes(chain);
+  ASSERT_FALSE(remat::planner::solve(chain, chen, minimum).has_value())
+      << "the sample chain no longer tests this: chen reaches the minimum";
+  const auto tiny = Budget::fraction(1e-6);
+  const auto choice =
+      remat::choose_plan(chain, chen, tiny, BudgetOrigin::kDefault);
+  ASSERT_TRUE(choice.budget_bytes.has_value());
+  EXPECT_GT(*choice.budget_bytes, minimum);
+  EXPECT_LE(choice.simulation.peak_bytes, *choice.budget_bytes);
+  EXPECT_FALSE(
+      remat::planner::solve(chain, chen, *choice.budget_bytes - 1).has_value());
+  EXPECT_NE(
+      choice.budget_text.find("the least budget chen fits"), std::string::npos)
+      << choice.budget_text;
+  EXPECT_THROW(
+      remat::choose_plan(chain, chen, tiny, BudgetOrigin::kGiven),
+      remat::InfeasibleBudgetError);
+}
+
 TEST(PlanWithin, IsTheOptimalChoiceAndRefusesBelowTheMinimumWithC10Error) {
   const remat::planner::Chain chain = sample_chain();
   for (const std::string text : {"60%", "100%", "none", "30000"}) {

@@ -10,8 +10,9 @@
 //    peak above it is an InfeasibleBudgetError too. Otherwise it does not.
 //  - A default budget (BudgetOrigin::kDefault) below the chain's minimum
 //    feasible budget is raised to that minimum, and budget_text says so: a
-//    program's default must work on any model. A given budget is never
-//    changed.
+//    program's default must work on any model. If the strategy (chen's
+//    greedy) fits no plan there, it is raised further, to the least budget
+//    the strategy fits. A given budget is never changed.
 //  - Budget::none() plans with the store-all peak as the budget.
 //
 // The same rules hold on a graph (remat/planner/graph.h), whose strategies are

@@ -129,15 +129,32 @@ PlanChoice choose_plan(
       budget,
       origin,
       chain.size() <= planner::kMaxExactStages);
-  take_plan(
-      choice,
-      chain,
-      planner::solve(
-          chain,
-          strategy,
-          choice.budget_bytes.value_or(choice.store_all_peak_bytes),
-          solver),
-      strategy.to_string());
+  const auto solve_at = [&](int64_t bytes) {
+    return planner::solve(chain, strategy, bytes, solver);
+  };
+  std::optional<planner::Plan> plan =
+      solve_at(choice.budget_bytes.value_or(choice.store_all_peak_bytes));
+  if (!plan && origin == BudgetOrigin::kDefault && choice.budget_bytes &&
+      *choice.budget_bytes < choice.store_all_peak_bytes) {
+    // A default must work on any model: raised to the least budget this
+    // strategy fits (a heuristic such as chen's may need more than the
+    // optimal minimum). Its plans fit every budget from there on, up to the
+    // store-all peak, where it records everything.
+    int64_t infeasible = *choice.budget_bytes;
+    int64_t feasible = choice.store_all_peak_bytes;
+    while (feasible - infeasible > 1) {
+      const int64_t middle = infeasible + (feasible - infeasible) / 2;
+      (solve_at(middle) ? feasible : infeasible) = middle;
+    }
+    plan = solve_at(feasible);
+    if (plan) {
+      choice.budget_bytes = feasible;
+      choice.budget_text = "the least budget " + strategy.to_string() +
+                           " fits (the default, " + budget.to_string() +
+                           ", is below it)";
+    }
+  }
+  take_plan(choice, chain, std::move(plan), strategy.to_string());
   return choice;
 }
 
