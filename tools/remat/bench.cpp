@@ -72,6 +72,15 @@ struct BenchModel {
   int64_t stages() const {
     return std::visit([](const auto& model) { return model.size(); }, costs);
   }
+  /// Bytes of the last stage's output: the loss value.
+  int64_t loss_bytes() const {
+    if (graph) {
+      const auto& costs_of_graph = std::get<planner::Graph>(costs);
+      return costs_of_graph.value_bytes(costs_of_graph.size());
+    }
+    const auto& chain = std::get<planner::Chain>(costs);
+    return chain.stage(chain.size() - 1).output_bytes;
+  }
   /// The module that owns every parameter trained.
   torch::nn::Module* module() const {
     if (graph) {
@@ -269,9 +278,14 @@ std::optional<std::string> measure(
        [](const torch::Tensor& loss) { return loss; }},  // the last stage
       runner_options);
   measure::RunResult result = runner.run(configurations);
+  // The Runner's peaks are the meter's; the loss value and the gradient
+  // that seeds backward are left out, as measure_step's activation peak
+  // leaves them out for `remat train` (remat/measure/step.h), and the input
+  // is added: the units of simulate() and of `remat train`.
+  const int64_t loss_and_seed_bytes = 2 * model.loss_bytes();
   for (size_t position = 0; position < order.size(); ++position) {
     measure::Measurement measured = std::move(result.configurations[position]);
-    measured.peak_bytes += input_bytes;
+    measured.peak_bytes += input_bytes - loss_and_seed_bytes;
     rows[order[position]].measured = std::move(measured);
   }
   return measure::busy_machine_warning(result, torch::get_num_threads());
