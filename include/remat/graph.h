@@ -16,16 +16,18 @@
 // PlannedChain's (remat/planned_chain.h, "Self-correction"), on the graph:
 // while training, the executor times every stage's forwards and backwards;
 // after each options.correction_steps training steps the graph with those
-// times (each stage's median; the bytes and inputs stay the profile's:
-// options.graph, or, without one, a profile_graph on the first training
-// input) is solved again (planner::solve_optimal on the graph) within the
-// same budget (options.budget resolved on that graph, or else the predicted
-// peak of the plan given at construction), and the solver's plan replaces
-// the plan in force before the next step when it is predicted faster by
-// more than options.correction_threshold. A switch never raises the
-// predicted peak above that budget, and gradients are those of the plain
-// run under any plan. corrections() lists the switches. See
-// docs/planned_execution.md.
+// times (each stage's median; the bytes and inputs stay the profile's) is
+// solved again (planner::solve_optimal on the graph) within the same budget
+// (options.budget resolved on that graph, or else the predicted peak of the
+// plan given at construction), and the solver's plan replaces the plan in
+// force before the next step when it is predicted faster by more than
+// options.correction_threshold. A switch never raises the predicted peak
+// above that budget, and gradients are those of the plain run under any
+// plan. corrections() lists the switches. The profile is options.graph or,
+// without one, a profile_graph on the first training input, run inside that
+// first step: that step's peak is the profile's (it holds every stage's
+// output), which may be above the budget; pass options.graph when every step
+// must stay within it. See docs/planned_execution.md.
 //
 // Limits (as PlannedChain's): backward runs once per forward, and
 // torch::autograd::grad / backward(inputs=...) / backward(create_graph=true)

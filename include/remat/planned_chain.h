@@ -12,8 +12,10 @@
 // the stages plainly (bitwise on CPU for deterministic ops): every
 // recomputation replays the RNG and autocast state of the stage's first
 // forward and leaves the buffers of the stage's module as the first forward
-// left them (to rounding only when a step adds to gradients left from an
-// earlier one and several stages use one module: docs/planned_execution.md).
+// left them (to rounding only when several stages use one module and its
+// parameters' gradients already hold terms when a stage's backward adds its
+// own: a step after another without zero_grad, or one backward through two
+// forwards of the net: docs/planned_execution.md).
 // Under no-grad (evaluation) forward() runs the stages plainly.
 //
 // Input shape: with options.input_shape set (auto_checkpoint sets it to the
@@ -34,7 +36,10 @@
 // before the next step; the measured window starts again either way. A
 // switch never raises the predicted peak above that budget, and gradients
 // are those of the plain run under any plan. corrections() lists the
-// switches. See docs/planned_execution.md.
+// switches. A profile_chain made for want of options.chain runs inside the
+// first training step: that step's peak is the profile's (it holds every
+// stage's output), which may be above the budget; pass options.chain when
+// every step must stay within it. See docs/planned_execution.md.
 //
 // Limits: parameters receive their gradients by accumulation inside the
 // backward, so torch::autograd::grad and backward(inputs=...) are refused;
