@@ -167,7 +167,14 @@ StageCosts read_costs_file(const std::string& flag, const std::string& path) {
                          });
   try {
     if (graph) {
-      return planner::graph_from_json(text);
+      // A graph whose stages each read the one before is a chain: planned
+      // as one, every chain strategy applies (and chains too long for the
+      // exact solvers keep the segment strategies).
+      planner::Graph costs = planner::graph_from_json(text);
+      if (costs.is_chain()) {
+        return costs.as_chain();
+      }
+      return costs;
     }
     return planner::chain_from_json(text);
   } catch (const std::invalid_argument& error) {
