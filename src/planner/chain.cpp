@@ -13,6 +13,8 @@
 #include <string>
 #include <utility>
 
+#include "check.h"
+
 namespace remat::planner {
 namespace {
 
@@ -248,10 +250,13 @@ Chain Chain::with_model_state(const ModelState& state) const {
 }
 
 Chain Chain::with_cold_write_ms_per_mib(double ms_per_mib) const {
-  if (!std::isfinite(ms_per_mib) || ms_per_mib < 0) {
+  // Its cost is charged for every MiB of a peak (at most 2^43 MiB): that
+  // product must be finite too.
+  if (!std::isfinite(ms_per_mib * 0x1p43) || ms_per_mib < 0) {
     fail(
-        "cold_write_ms_per_mib: expected finite and >= 0, got " +
-        std::to_string(ms_per_mib));
+        "cold_write_ms_per_mib: expected >= 0 and finite for any peak (at "
+        "most 1e295), got " +
+        detail::number_text(ms_per_mib));
   }
   Chain copy = *this;
   copy.cold_write_ms_per_mib_ = ms_per_mib;

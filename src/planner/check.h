@@ -1,5 +1,5 @@
 // Private: REMAT_PLANNER_CHECK, the planner's one way to state an internal
-// invariant.
+// invariant, and number_text() for the values error messages name.
 //
 // A failed check is a bug in the planner, never the caller's mistake: it
 // throws std::logic_error naming the condition, file:line and what broke, in
@@ -10,10 +10,18 @@
 // message is only built on failure.
 #pragma once
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
 namespace remat::planner::detail {
+
+/// `value` as an error message names it: "%g" (1.7e+308, not 309 digits).
+inline std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
 
 [[noreturn]] inline void check_failed(
     const char* condition, const char* file, int line, const char* message) {
