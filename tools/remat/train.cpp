@@ -1518,7 +1518,8 @@ std::string against_prediction(int64_t measured, int64_t predicted) {
   }
   const int64_t difference = measured - predicted;
   return "predicted " + planner::format_bytes(predicted) + ", measured " +
-         (difference > 0 ? "+" : "") + std::to_string(difference) + " bytes";
+         std::to_string(difference > 0 ? difference : -difference) +
+         (difference > 0 ? " bytes more" : " bytes fewer");
 }
 
 /// The summary's memory lines: the peak in the budget's units against the
