@@ -291,6 +291,76 @@ TEST(DynamicRemat, ViewsAndInPlaceWritesMatchThePlainRun) {
   }
 }
 
+/// A write through a view of a tensor made in the scope, then a read and a
+/// write of the whole tensor: after the first write, the whole tensor is at a
+/// version that no recorded call returned (only the view is sin_'s output).
+torch::Tensor write_through_view(const torch::Tensor& x) {
+  auto h = x * 2;
+  h.narrow(0, 0, 2).sin_();
+  auto s = h.sign().detach();
+  h.mul_(s + 2);
+  return (h.exp() * h.exp()).sum();
+}
+
+TEST(DynamicRemat, AWriteThroughAViewIsReplayedNotRefused) {
+  torch::manual_seed(17);
+  auto x = torch::randn({16, 32}).requires_grad_(true);
+  write_through_view(x).backward();
+  const torch::Tensor expected = x.grad().clone();
+  x.mutable_grad() = torch::Tensor();
+  remat::DynamicRematStats stats;
+  {
+    // One 16 x 32 float storage: what mul_ alone saves (s + 2).
+    DynamicRemat scope(DynamicRematOptions().budget_bytes(16 * 32 * 4));
+    write_through_view(x).backward();
+    stats = scope.stats();
+  }
+  expect_all_bitwise_equal({expected}, {x.grad()}, "gradient");
+  EXPECT_EQ(stats.untracked_saved_tensors, 0);
+  EXPECT_GT(stats.evictions, 0);
+  EXPECT_GT(stats.rematerializations, 0);
+}
+
+TEST(DynamicRemat, AGraphWithAWriteThroughAViewFreesItsSavedWhenDropped) {
+  torch::manual_seed(19);
+  const auto x = torch::randn({16, 32});
+  const auto w = torch::randn({32, 32}) * 0.2;
+  DynamicRemat scope(DynamicRematOptions().budget_bytes(1 << 20));
+  for (int step = 0; step < 3; ++step) {
+    {
+      auto h = x.clone().requires_grad_(true);
+      for (int block = 0; block < 4; ++block) {
+        h = torch::dropout(torch::tanh(h.mm(w)) + h, 0.2, true);
+        h.narrow(1, 0, 16).mul_(1.01);
+        h = h.sin();
+      }
+      auto loss = (h * h).sum();  // dropped without backward
+    }
+    EXPECT_GT(scope.stats().tracked_peak_bytes, 0);
+    EXPECT_EQ(scope.stats().tracked_bytes, 0) << "after step " << step;
+  }
+}
+
+TEST(DynamicRemat, AGraphReadThroughAnUnrecordedCallFreesItsSavedWhenDropped) {
+  // index takes a list of optional tensors: its output is recorded by no
+  // call, and the calls that read it keep it as they keep a tensor from
+  // outside the scope.
+  torch::manual_seed(23);
+  const auto x = torch::randn({16, 32});
+  const auto w = torch::randn({32, 32}) * 0.2;
+  const auto rows = torch::arange(0, 16, 2);
+  DynamicRemat scope(DynamicRematOptions().budget_bytes(1 << 20));
+  for (int step = 0; step < 3; ++step) {
+    {
+      auto a = x.clone().requires_grad_(true);
+      auto h = torch::tanh(a.mm(w)).index({rows});
+      auto loss = h.exp().sum();  // dropped without backward
+    }
+    EXPECT_GT(scope.stats().tracked_peak_bytes, 0);
+    EXPECT_EQ(scope.stats().tracked_bytes, 0) << "after step " << step;
+  }
+}
+
 TEST(DynamicRemat, RetainGraphRunsBackwardTwiceWithTheSameGradients) {
   LoopNet model;
   const torch::Tensor input = sample_input();

@@ -26,7 +26,7 @@
 // weight), tensors made with grad mode off or by custom autograd
 // functions, outputs of calls whose arguments cannot be recorded (lists of
 // optional tensors, objects), and saved views of a storage with no recorded
-// tensor covering it.
+// tensor of their dtype at their version (one written by an unrecorded call).
 //
 // retain_graph works: a saved tensor is freed when autograd frees it.
 //

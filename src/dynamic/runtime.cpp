@@ -94,6 +94,17 @@ at::Tensor tensor_of(
   return at::Tensor(std::move(strong));
 }
 
+/// A copy of `tensor`'s whole storage, viewed as `tensor` is: a re-run that
+/// writes into it leaves the rest of the storage as the aliases of `tensor`
+/// see it (NOTE: [Aliases rebuilt from their storage]).
+at::Tensor clone_storage(const at::Tensor& tensor) {
+  const auto numel = static_cast<int64_t>(
+      tensor.storage().nbytes() / tensor.dtype().itemsize());
+  const at::Tensor whole = tensor.as_strided({numel}, {1}, 0).clone();
+  return whole.as_strided(
+      tensor.sizes(), tensor.strides(), tensor.storage_offset());
+}
+
 int64_t elapsed_ns(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now() - start)
@@ -172,26 +183,24 @@ std::shared_ptr<DynamicValue> DynamicRuntime::find_or_view(
   if (auto value = find(tensor)) {
     return value;
   }
-  // A view made below autograd (inside a kernel): rebuilt from a recorded
-  // value that spans its whole storage, whatever part the view covers.
+  // NOTE: [Aliases rebuilt from their storage]
+  // A tensor that no recorded call returned at its version: a view made
+  // below autograd (inside a kernel), or the base of a view that was written
+  // in place (h.narrow(0, 0, 2).sin_() moves h's version too, but only the
+  // view is the call's output). It is rebuilt with as_strided from the latest
+  // value recorded on the same storage at the same version, whatever part of
+  // the storage that value covers: a materialization holds its whole storage
+  // at its value's version (a re-run writes into its own recomputation or
+  // into a clone_storage copy, never into a copy of the view alone), and one
+  // version of the counter the aliases share is one state of the storage.
   const auto* values = registered_on(tensor);
   if (values == nullptr) {
     return nullptr;
   }
   const int64_t version = version_of(tensor);
-  const auto storage_bytes = static_cast<int64_t>(tensor.storage().nbytes());
   for (auto it = values->rbegin(); it != values->rend(); ++it) {
     const DynamicValue& base = **it;
-    int64_t numel = 1;
-    for (const int64_t size : base.sizes) {
-      numel *= size;
-    }
-    const bool whole =
-        base.storage_offset == 0 &&
-        numel * static_cast<int64_t>(base.dtype.itemsize()) == storage_bytes &&
-        c10::IntArrayRef(base.strides) ==
-            c10::IntArrayRef(c10::contiguous_strides(base.sizes));
-    if (base.version != version || base.dtype != tensor.dtype() || !whole) {
+    if (base.version != version || base.dtype != tensor.dtype()) {
       continue;
     }
     auto call = std::make_shared<DynamicCall>();
@@ -289,12 +298,16 @@ void DynamicRuntime::record_call(
         slot.argument = i;
         slot.in_list = in_list;
         slot.written = written;
-        slot.value = find(tensor);
+        slot.value = find_or_view(tensor);
         argument_versions.emplace_back(
             tensor, tensor.defined() ? version_of(tensor) : 0);
-        if (!slot.value) {
-          slot.constant = tensor;
-          slot.constant_version = tensor.defined() ? version_of(tensor) : 0;
+        if (!slot.value && tensor.defined()) {
+          // Detached: the recipe holds the data, not the autograd graph
+          // behind it, whose saved tensors would otherwise live as long as
+          // the recipe (until the scope ends, or for good once their hooks
+          // hold the recipe).
+          slot.constant = tensor.detach();
+          slot.constant_version = version_of(tensor);
         }
         call->slots.push_back(std::move(slot));
       };
@@ -645,7 +658,9 @@ std::vector<at::Tensor> DynamicRuntime::rerun(DynamicCall& call) {
       bool fresh = false;
       input = materialize(*slot.value, &fresh);
       if (slot.written && !fresh) {
-        input = input.clone();  // never write into a tensor someone holds
+        // Never write into a tensor someone holds; the copy keeps the rest
+        // of the storage, which the written view's aliases are rebuilt from.
+        input = clone_storage(input);
       }
     } else {
       input = slot.constant;

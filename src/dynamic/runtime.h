@@ -10,8 +10,8 @@
 // LibTorch registers nothing for; see NOTE: [Selective checkpointing] for why
 // such a key sees the operators autograd records). Every call made at
 // autograd level with grad mode on becomes a `Call`: the operator, its
-// arguments with each tensor replaced by a `Slot` (a tracked `Value`, or the
-// tensor itself when it was made outside the scope), its measured time, and
+// arguments with each tensor replaced by a `Slot` (a tracked `Value`, or,
+// made outside the scope, the tensor detached), its measured time, and
 // for an operator tagged nondeterministic_seeded the RNG state before it
 // (NOTE: [Recompute and RNG]). A slot is "written" when the schema says so,
 // when its version counter moved during the call, or when it is a batch
@@ -21,7 +21,10 @@
 // place), becomes a `Value`: a recipe (its call and output index), its geometry
 // (storage offset, sizes, strides, dtype) and the version of its storage's
 // version counter. Values are found again by storage, geometry and version,
-// never by TensorImpl: autograd hands pack hooks a detached alias. Calls
+// never by TensorImpl: autograd hands pack hooks a detached alias. An alias
+// with no Value of its own (a view made inside a kernel, the base of a view
+// written in place) gets one rebuilt from a Value on its storage at its
+// version (NOTE: [Aliases rebuilt from their storage] in runtime.cpp). Calls
 // nested in a composite call are recorded too; a tensor keeps the Value of
 // the innermost call that produced it (the outer composite's output matches
 // it and adds nothing).
@@ -44,8 +47,9 @@
 // each input rematerialized first, recursively; every still-tracked output of
 // that call gets the new tensor, and saved ones become resident again. A
 // write during a re-run goes to a fresh tensor (an input that is a resident or
-// live tensor is cloned first), so in-place chains (dropout's
-// empty_like/bernoulli_/div_) replay from the start with their RNG state.
+// live tensor is cloned first, its whole storage), so in-place chains
+// (dropout's empty_like/bernoulli_/div_) replay from the start with their RNG
+// state.
 // When autograd frees a saved tensor (its node ran without retain_graph), the
 // hooks are destroyed and the resident alias is dropped. A tensor from
 // outside the scope that a call writes is re-run on a copy of it, so that
@@ -126,7 +130,7 @@ struct DynamicSlot {
   bool in_list = false;                 // an element of a tensor list
   bool written = false;                 // the schema says the call writes it
   std::shared_ptr<DynamicValue> value;  // tracked; else `constant`
-  at::Tensor constant;                  // made outside the scope (held)
+  at::Tensor constant;                  // made outside the scope (detached)
   int64_t constant_version = 0;
 };
 
