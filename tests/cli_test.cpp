@@ -1492,6 +1492,28 @@ TEST(RunCli, SizesThatCannotTrainAndUnwritableSavesAreRefusedFirst) {
   }
 }
 
+// Numbers past what a flag's type holds are refused, not wrapped or clamped
+// by the conversion: a seed of -1 or 2^64, a search work above its bound.
+TEST(RunCli, NumbersPastTheirTypeAreRefusedNotClamped) {
+  const struct {
+    std::vector<std::string> arguments;
+    std::string expected;
+  } cases[] = {
+      {{"profile", "--model", "mlp", "--seed", "-1"},
+       "--seed: expected an integer in [0, 18446744073709551615], got -1"},
+      {{"profile", "--model", "mlp", "--seed", "18446744073709551616"},
+       "got 18446744073709551616"},
+      {{"plan", "--model", "mlp", "--search-work", "99999999999999999999"},
+       "--search-work: Value 99999999999999999999 not in range"},
+  };
+  for (const auto& [arguments, expected] : cases) {
+    SCOPED_TRACE(expected);
+    const ProcessResult result = run_in_process(arguments);
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    EXPECT_NE(result.err.find(expected), std::string::npos) << result.err;
+  }
+}
+
 TEST(RunCli, UNetFlagsAreCheckedAndChainOnlyUsesRefuseAGraph) {
   ProcessResult result = run_in_process(
       {"train", "--model", "unet2d", "--levels", "3", "--image", "36"});

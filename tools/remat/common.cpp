@@ -1,6 +1,7 @@
 // common.cpp: flag registration and file helpers shared by the commands.
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -65,7 +66,9 @@ void add_search_work_flag(CLI::App& command, int64_t& search_work) {
           "How long the graph solvers (a U-Net, a graph file) may search, in "
           "their units of work; the default takes 30-50 ms of one core on a "
           "U-Net, 1000x that lets the exact search finish on larger graphs")
-      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))
+      // An upper bound below INT64_MAX: a larger number, clamped to
+      // INT64_MAX by the conversion, is refused instead of taken.
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000000000000000}))
       ->capture_default_str();
 }
 
@@ -74,6 +77,19 @@ void add_run_flags(CLI::App& command, int64_t& threads, uint64_t& seed) {
       ->check(CLI::Range(int64_t{1}, int64_t{1024}))
       ->capture_default_str();
   command.add_option("--seed", seed, "Seed of initialisation, data, dropout")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            // The conversion would wrap "-1" and clamp 2^64 and above.
+            uint64_t value = 0;
+            const char* end = text.data() + text.size();
+            const auto [stop, error] = std::from_chars(text.data(), end, value);
+            if (error != std::errc() || stop != end) {
+              return "expected an integer in [0, 18446744073709551615], got " +
+                     text;
+            }
+            return "";
+          },
+          "UINT"))
       ->capture_default_str();
 }
 
