@@ -870,6 +870,13 @@ TEST(RematBinary, BudgetsSayTheirUnitsAndWhenTheyChangeNothing) {
         << flags << ": " << bare.err;
     EXPECT_NE(bare.err.find("MiB or"), std::string::npos) << bare.err;
   }
+  // Zero has no unit that would make it a budget: no suggestion to try one.
+  const ProcessResult zero = run_remat("train --budget 0");
+  EXPECT_EQ(zero.exit_code, 1) << describe(zero);
+  EXPECT_EQ(zero.err.find("did you mean"), std::string::npos) << zero.err;
+  EXPECT_NE(
+      zero.err.find("a budget must be at least 1 byte"), std::string::npos)
+      << zero.err;
   const ProcessResult huge =
       run_remat("train " + kTinyMlp + " --steps 1 --budget 10GiB");
   ASSERT_EQ(huge.exit_code, 0) << describe(huge);

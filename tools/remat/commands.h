@@ -265,6 +265,10 @@ CLI::Validator parsing_validator(Parse parse, const std::string& name) {
       name);
 }
 
+/// A CLI11 validator refusing a number that is not finite (nan, inf): the
+/// range checks of CLI11 let a NaN through, since it compares false.
+CLI::Validator finite_number();
+
 /// Applies --threads. Throws UsageError unless threads >= 1.
 void apply_threads(int64_t threads);
 

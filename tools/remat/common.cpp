@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -70,6 +72,19 @@ void add_search_work_flag(CLI::App& command, int64_t& search_work) {
       // INT64_MAX by the conversion, is refused instead of taken.
       ->check(CLI::Range(int64_t{0}, int64_t{1000000000000000000}))
       ->capture_default_str();
+}
+
+CLI::Validator finite_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !std::isfinite(value)) {
+          return "expected a finite number, got " + text;
+        }
+        return "";
+      },
+      "FINITE");
 }
 
 void add_run_flags(CLI::App& command, int64_t& threads, uint64_t& seed) {
@@ -219,6 +234,26 @@ GraphStrategy graph_strategy(const std::string& text, int64_t encoder_stages) {
 
 }  // namespace
 
+namespace {
+
+// The --strategy of a chain; a U-Net's strategy or an unknown one is a
+// UsageError naming the flag.
+planner::Strategy chain_strategy(const std::string& text) {
+  if (text == "per-block" || text == "encoder") {
+    throw UsageError(
+        "--strategy " + text +
+        ": a U-Net (graph) strategy; a chain is planned with optimal, chen, "
+        "sqrt, uniform:K or none");
+  }
+  try {
+    return planner::Strategy::parse(text);
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(std::string("--strategy: ") + error.what());
+  }
+}
+
+}  // namespace
+
 PlanChoice choose_plan_for(
     const StageCosts& costs, const BudgetFlags& flags, int64_t encoder_stages) {
   const Budget budget = Budget::parse(flags.budget);
@@ -231,16 +266,9 @@ PlanChoice choose_plan_for(
         flags.origin(),
         flags.solver());
   }
-  const auto& chain = std::get<planner::Chain>(costs);
-  if (flags.strategy == "per-block" || flags.strategy == "encoder") {
-    throw UsageError(
-        "--strategy " + flags.strategy +
-        ": a U-Net (graph) strategy; a chain is planned with optimal, chen, "
-        "sqrt, uniform:K or none");
-  }
   return choose_plan(
-      chain,
-      planner::Strategy::parse(flags.strategy),
+      std::get<planner::Chain>(costs),
+      chain_strategy(flags.strategy),
       budget,
       flags.origin(),
       flags.solver());
@@ -250,7 +278,7 @@ std::string strategy_name(const StageCosts& costs, const BudgetFlags& flags) {
   if (std::holds_alternative<planner::Graph>(costs)) {
     return to_string(parse_graph_strategy(flags.strategy));
   }
-  return planner::Strategy::parse(flags.strategy).to_string();
+  return chain_strategy(flags.strategy).to_string();
 }
 
 void write_text_file(

@@ -307,6 +307,7 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
           options.max_time_ratio,
           "Checkpointing may cost at most this multiple of no checkpointing's "
           "measured time per sample (per position for seq-len; 0: no limit)")
+      ->check(finite_number())
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   command->add_flag("--json", options.json, "Print JSON instead of text");

@@ -165,8 +165,12 @@ std::optional<std::string> bare_number_hint(
       number.find_first_not_of("0123456789.") != std::string::npos) {
     return std::nullopt;
   }
-  // Only what could be meant: a percentage up to 100, whole bytes.
+  // Only what could be meant: a percentage up to 100, whole bytes; for
+  // zero, nothing (no budget is zero), so the parser's own refusal stands.
   const double value = std::strtod(number.c_str(), nullptr);
+  if (value == 0) {
+    return std::nullopt;
+  }
   const bool whole = number.find('.') == std::string::npos;
   std::vector<std::string> meant;
   if (prefix.empty() && percentages && value > 0 && value <= 100) {

@@ -272,7 +272,8 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
           options.timeout_s,
           "Data parallel: seconds to wait for the other ranks to join and for "
           "each collective (a failed rank makes the others exit within it)")
-      ->check(CLI::PositiveNumber)
+      ->check(finite_number())
+      ->check(CLI::Range(0.001, 1e7))
       ->capture_default_str();
   return command;
 }
