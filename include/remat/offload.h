@@ -39,14 +39,18 @@ class Offloader;
 
 /// What an offload guard has done since it was made (a snapshot).
 struct OffloadStats {
-  int64_t tensors_moved = 0;    ///< distinct saved tensors moved out
+  int64_t tensors_moved = 0;    ///< distinct saved tensors handed to the
+                                ///< store (SaveToFile: the write_failures
+                                ///< among them stayed in memory)
   int64_t bytes_moved = 0;      ///< their bytes
   int64_t tensors_left = 0;     ///< saves left in place (see the top)
   int64_t fetches = 0;          ///< tensors brought back (demand + prefetch)
   int64_t prefetch_hits = 0;    ///< unpacks that found their fetch started
   int64_t write_failures = 0;   ///< SaveToFile: writes that failed; those
                                 ///< tensors stayed in memory instead
-  int64_t peak_file_bytes = 0;  ///< SaveToFile: largest size of the file
+  int64_t peak_file_bytes = 0;  ///< SaveToFile: largest extent of the file
+                                ///< handed out to writes (failed ones
+                                ///< included: what was asked of the disk)
 };
 
 /// Options of SaveOnCpu.
