@@ -165,11 +165,11 @@ std::optional<std::string> bare_number_hint(
       number.find_first_not_of("0123456789.") != std::string::npos) {
     return std::nullopt;
   }
-  // Only what could be meant: a percentage up to 100, whole bytes; for
-  // zero, nothing (no budget is zero), so the parser's own refusal stands.
+  // Only what could be meant: a percentage up to 100, whole bytes; zero is
+  // no budget in any unit.
   const double value = std::strtod(number.c_str(), nullptr);
   if (value == 0) {
-    return std::nullopt;
+    return "'" + text + "': a budget must be at least 1 byte";
   }
   const bool whole = number.find('.') == std::string::npos;
   std::vector<std::string> meant;
