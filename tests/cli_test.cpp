@@ -1499,6 +1499,19 @@ TEST(RunCli, SizesThatCannotTrainAndUnwritableSavesAreRefusedFirst) {
   }
 }
 
+// A total budget on costs that record no model state would be all
+// activations without a word: refused, saying what is missing.
+TEST(RunCli, ATotalBudgetNeedsTheModelStateOfItsCosts) {
+  const ProcessResult result = run_in_process(
+      {"plan", sample_chain_file().string(), "--budget", "total:16KiB"});
+  EXPECT_EQ(result.exit_code, 1) << describe(result);
+  EXPECT_NE(
+      result.err.find("a total counts the model state, and these costs "
+                      "record none"),
+      std::string::npos)
+      << result.err;
+}
+
 // Numbers past what a flag's type holds are refused, not wrapped or clamped
 // by the conversion: a seed of -1 or 2^64, a search work above its bound.
 TEST(RunCli, NumbersPastTheirTypeAreRefusedNotClamped) {

@@ -257,6 +257,16 @@ planner::Strategy chain_strategy(const std::string& text) {
 PlanChoice choose_plan_for(
     const StageCosts& costs, const BudgetFlags& flags, int64_t encoder_stages) {
   const Budget budget = Budget::parse(flags.budget);
+  const planner::ModelState state =
+      std::visit([](const auto& model) { return model.model_state(); }, costs);
+  if (budget.is_total() && state.total_bytes() == 0) {
+    // A file without model_state: a total would silently be all activations.
+    throw UsageError(
+        "--budget " + flags.budget +
+        ": a total counts the model state, and these costs record none (no "
+        "model_state: profile with `remat profile`, which records it); give "
+        "the activations' budget instead (bytes or a percentage)");
+  }
   if (const auto* graph = std::get_if<planner::Graph>(&costs)) {
     return choose_graph_plan(
         *graph,
