@@ -1,7 +1,7 @@
 // JSON for Chain and Plan (format in remat/planner/json.h), on nlohmann-json.
 //
-// Readers are strict: every field required, unknown fields rejected, integers
-// must be JSON integers that fit int64. Every failure is a
+// Readers are strict: every field required, unknown or repeated fields
+// rejected, integers must be JSON integers that fit int64. Every failure is a
 // std::invalid_argument naming the JSON path ("stages[2].saved_bytes") and the
 // bad value; nlohmann exceptions never escape. Nesting deeper than
 // kMaxDepth is rejected before parsing, so hostile input cannot exhaust the
@@ -24,6 +24,77 @@ using nlohmann::json;
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxShownValue = 60;
 
+// Finds the first key that appears twice in one object while the parser
+// runs (nlohmann keeps the last one silently), with its JSON path. Fed every
+// parse event; answers true (keep the value) throughout.
+class DuplicateKeys {
+ public:
+  bool see(json::parse_event_t event, const json& parsed) {
+    using Event = json::parse_event_t;
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start:
+        count_element();
+        levels_.push_back({event == Event::array_start, 0, {}, {}});
+        break;
+      case Event::object_end:
+      case Event::array_end:
+        if (!levels_.empty()) {
+          levels_.pop_back();
+        }
+        break;
+      case Event::key:
+        if (!levels_.empty() && !found_) {
+          Level& level = levels_.back();
+          level.key = parsed.get<std::string>();
+          if (!level.keys.insert(level.key).second) {
+            found_ = true;
+            path_ = current_path();
+          }
+        }
+        break;
+      case Event::value:
+        count_element();
+        break;
+    }
+    return true;
+  }
+  bool found() const {
+    return found_;
+  }
+  /// The duplicate's path, "stages[2].saved_bytes" style.
+  const std::string& path() const {
+    return path_;
+  }
+
+ private:
+  struct Level {
+    bool array;
+    int64_t elements;            // arrays: elements started so far
+    std::string key;             // objects: the key being read
+    std::set<std::string> keys;  // objects: keys seen
+  };
+  void count_element() {
+    if (!levels_.empty() && levels_.back().array) {
+      ++levels_.back().elements;
+    }
+  }
+  std::string current_path() const {
+    std::string path;
+    for (const Level& level : levels_) {
+      if (level.array) {
+        path += "[" + std::to_string(level.elements - 1) + "]";
+      } else {
+        path += (path.empty() ? "" : ".") + level.key;
+      }
+    }
+    return path;
+  }
+  std::vector<Level> levels_;
+  bool found_ = false;
+  std::string path_;
+};
+
 class JsonReader {
  public:
   explicit JsonReader(const char* function) : function_(function) {}
@@ -45,11 +116,22 @@ class JsonReader {
 
   json parse(std::string_view text) const {
     check_depth(text);
+    DuplicateKeys duplicates;
+    json value;
     try {
-      return json::parse(text.begin(), text.end());
+      value = json::parse(
+          text.begin(),
+          text.end(),
+          [&duplicates](int, json::parse_event_t event, json& parsed) {
+            return duplicates.see(event, parsed);
+          });
     } catch (const json::exception& e) {
       fail("", std::string("malformed JSON: ") + e.what());
     }
+    if (duplicates.found()) {
+      fail(duplicates.path(), "duplicate field (each field may appear once)");
+    }
+    return value;
   }
 
   // REQUIRES: `object` is a JSON object. Fails on keys outside `known`.

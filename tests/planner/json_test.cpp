@@ -78,6 +78,15 @@ TEST(ChainJson, NamesTheFieldAndValueOfBadInput) {
           {R"({"input_bytes": 18446744073709551615, "stages": []})",
            "does not fit int64"},
           {std::string(1000, '['), "nesting deeper than"},
+          // A repeated field is refused, not read as its last value.
+          {R"({"input_bytes": 1, "input_bytes": 2, "stages": []})",
+           "input_bytes: duplicate field"},
+          {R"({"input_bytes": 1, "stages": [{}, {"forward_ms": 1,
+             "backward_ms": 2, "forward_ms": 3}]})",
+           "stages[1].forward_ms: duplicate field"},
+          {R"({"input_bytes": 1, "stages": [[1, [2]], {"a": {"b": 1,
+             "b": 2}}]})",
+           "stages[1].a.b: duplicate field"},
       }) {
     const std::string error = chain_error(c.json);
     EXPECT_NE(error.find(c.expected), std::string::npos)
@@ -123,6 +132,8 @@ TEST(PlanJson, RoundTripsAndRejectsBadOps) {
            {R"({"ops": [{"kind": 3, "stage": 1}]})", "expected a string"},
            {R"({"ops": [{"kind": "backward"}]})", "ops[0].stage: missing"},
            {R"({"op": []})", "op: unknown field"},
+           {R"({"ops": [{"kind": "backward", "stage": 0, "stage": 1}]})",
+            "ops[0].stage: duplicate field"},
        }) {
     try {
       plan_from_json(json);

@@ -39,8 +39,8 @@ std::string to_json(const Chain& chain);
 /// Reads a chain written by to_json (or by hand).
 /// Throws std::invalid_argument naming the JSON path and the bad value
 /// (e.g. "stages[2].saved_bytes: expected a non-negative integer, got -5")
-/// for malformed JSON, a missing, unknown or mistyped field, or any value
-/// Chain's constructor rejects. Never throws anything else.
+/// for malformed JSON, a missing, unknown, repeated or mistyped field, or any
+/// value Chain's constructor rejects. Never throws anything else.
 ///
 /// Example:
 // clang-format off
@@ -61,8 +61,8 @@ Graph graph_from_json(std::string_view json);
 std::string to_json(const Plan& plan);
 
 /// Reads a plan written by to_json. Throws std::invalid_argument naming the
-/// JSON path and the bad value for malformed JSON, a missing, unknown or
-/// mistyped field, an unknown kind or a negative stage. Stage ranges are
+/// JSON path and the bad value for malformed JSON, a missing, unknown,
+/// repeated or mistyped field, an unknown kind or a negative stage. Stage ranges are
 /// checked by simulate(), not here. Never throws anything else.
 Plan plan_from_json(std::string_view json);
 
