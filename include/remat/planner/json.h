@@ -62,8 +62,8 @@ std::string to_json(const Plan& plan);
 
 /// Reads a plan written by to_json. Throws std::invalid_argument naming the
 /// JSON path and the bad value for malformed JSON, a missing, unknown,
-/// repeated or mistyped field, an unknown kind or a negative stage. Stage ranges are
-/// checked by simulate(), not here. Never throws anything else.
+/// repeated or mistyped field, an unknown kind or a negative stage. Stage
+/// ranges are checked by simulate(), not here. Never throws anything else.
 Plan plan_from_json(std::string_view json);
 
 }  // namespace remat::planner
