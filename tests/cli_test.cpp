@@ -855,6 +855,23 @@ TEST(RematBinary, TrainUnderATotalBudgetCountsTheModelState) {
   EXPECT_EQ(tiny.exit_code, 1) << describe(tiny);
   EXPECT_NE(tiny.err.find("leaves nothing for activations"), std::string::npos)
       << tiny.err;
+  // One step: its update creates the state after the activations are freed;
+  // the report shows that state, not the 0 bytes the step held.
+  const ProcessResult one = run_remat("train " + kTinyMlp + " --steps 1");
+  ASSERT_EQ(one.exit_code, 0) << describe(one);
+  EXPECT_NE(
+      one.out.find(
+          "= predicted to the byte)  created by the update, after the step"),
+      std::string::npos)
+      << one.out;
+  const ProcessResult one_json =
+      run_remat("train " + kTinyMlp + " --steps 1 --json");
+  ASSERT_EQ(one_json.exit_code, 0) << describe(one_json);
+  const auto one_report = nlohmann::json::parse(one_json.out);
+  EXPECT_EQ(one_report["optimizer_state_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(
+      one_report["optimizer_state_after_update_bytes"].get<int64_t>(),
+      one_report["predicted_model_state"]["optimizer_bytes"].get<int64_t>());
 }
 
 TEST(RematBinary, BudgetsSayTheirUnitsAndWhenTheyChangeNothing) {

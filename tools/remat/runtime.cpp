@@ -434,6 +434,7 @@ StepResult Trainer::step(const Batch& batch, uint64_t seed, bool update) {
     optimizer_->step();
     optimizer_state_bytes_ += meter_.current_bytes() - before;
   }
+  result.optimizer_state_after_bytes = optimizer_state_bytes_;
   return result;
 }
 

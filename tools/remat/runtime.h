@@ -187,6 +187,9 @@ struct StepResult {
   /// updates left allocated (measured around each update; 0 at the first
   /// step, whose update creates AdamW's moments).
   int64_t optimizer_state_bytes = 0;
+  /// Bytes the optimizer's state holds after this step's update (measured
+  /// like optimizer_state_bytes; equal to it without an update).
+  int64_t optimizer_state_after_bytes = 0;
   /// The step's model state and activations together:
   /// parameter_state_bytes + optimizer_state_bytes + activation_peak_bytes.
   int64_t model_and_activation_bytes() const {
