@@ -1587,8 +1587,6 @@ void render_memory(const TrainRun& run, std::ostream& out) {
   }
   if (state_after_update) {
     out << "  created by the update, after the step; not in the total";
-    "
-    "not in the total";
   }
   out << '\n';
   row("activations + input", run.activation_peak_bytes + run.input_bytes)
