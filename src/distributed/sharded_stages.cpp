@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,6 +71,8 @@ struct ShardedStages::State {
     torch::Tensor gradient;  // the flat full gradient, during backward
     bool gathered = false;
     bool in_backward = false;
+    /// Gathered by with_full_parameters(): not released until it returns.
+    bool held = false;
   };
 
   State(ProcessGroup group_in) : group(std::move(group_in)) {}
@@ -96,7 +99,7 @@ struct ShardedStages::State {
 
   /// Frees the unit's parameter memory (every view keeps the storage).
   void release(Unit& unit) {
-    if (!unit.gathered) {
+    if (!unit.gathered || unit.held) {
       return;
     }
     free_memory(unit.flat);
@@ -310,6 +313,36 @@ ShardedStages::ShardedStages(std::vector<Stage> stages, ProcessGroup group)
   const int64_t rank = state.group.rank();
   // Check everything before changing anything.
   const Units found = find_units(stages);
+  for (size_t unit = 0; unit < found.modules.size(); ++unit) {
+    for (const torch::Tensor& p : found.modules[unit]->parameters()) {
+      // Sharded already (by another ShardedStages over the same modules):
+      // the parameter holds no memory, and copying it would crash.
+      TORCH_CHECK(
+          p.numel() == 0 || p.storage().data() != nullptr,
+          "remat::distributed::ShardedStages: a parameter of shape ",
+          p.sizes(),
+          " holds no memory; is its module sharded already by another "
+          "ShardedStages?");
+    }
+  }
+  if (world_size > 1) {
+    // Different units on different ranks would gather and reduce buffers of
+    // different sizes: Gloo aborts the process or a rank reads garbage.
+    std::ostringstream layout;
+    for (const int64_t unit : found.unit_of_stage) {
+      layout << " stage[unit " << unit;
+      if (unit >= 0) {
+        for (const torch::Tensor& p : found.modules[unit]->parameters()) {
+          layout << ' ' << p.scalar_type() << p.sizes();
+        }
+      }
+      layout << ']';
+    }
+    state.group.check_same(
+        "the stages given to ShardedStages (units, parameter shapes, "
+        "dtypes)",
+        layout.str());
+  }
   state.unit_of_stage = found.unit_of_stage;
   for (const auto& module : found.modules) {
     State::Unit unit;
@@ -458,12 +491,18 @@ void ShardedStages::with_full_parameters(const std::function<void()>& use) {
   for (State::Unit& unit : state.units) {
     state.gather(unit);
   }
+  // Held until `use` returns: a stage forward (or a step) run inside `use`
+  // must not free the parameters `use` goes on reading or has written.
+  for (State::Unit& unit : state.units) {
+    unit.held = true;
+  }
   struct ReleaseAtExit {
     State& state;
     ~ReleaseAtExit() {
       c10::NoGradGuard no_grad;
       const int64_t rank = state.group.rank();
       for (State::Unit& unit : state.units) {
+        unit.held = false;
         if (unit.gathered) {
           unit.shard.detach().copy_(
               unit.flat.narrow(0, rank * unit.shard_size, unit.shard_size));

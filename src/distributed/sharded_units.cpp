@@ -32,6 +32,20 @@ void check_unit_parameters(
         p.toString(),
         " at index ",
         k);
+    // The shard is one leaf the optimizer updates as a whole: a frozen
+    // parameter in it would get a zero gradient and still be stepped (weight
+    // decay, momentum), unlike the unsharded model, whose optimizer skips it.
+    TORCH_CHECK(
+        p.requires_grad(),
+        "remat::distributed::ShardedStages: parameter ",
+        k,
+        " (",
+        p.sizes(),
+        ") of stage ",
+        stage,
+        "'s module does not require grad; frozen parameters cannot be "
+        "sharded (the optimizer would still step them: weight decay, "
+        "momentum); keep frozen parameters out of the stage modules");
   }
 }
 

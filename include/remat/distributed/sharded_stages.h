@@ -59,12 +59,13 @@ namespace remat::distributed {
 /// values on every rank (broadcast_parameters first, if in doubt); from then
 /// on read and write parameter values through shards() or
 /// with_full_parameters(), not through the modules (whose parameters hold no
-/// memory outside a stage's forward and backward; reading them throws or
-/// reads nothing). The modules' parameters' .grad() are used internally and
-/// undefined between steps. One step: one backward() through the stages,
-/// then finish(), then the optimizer step on shards(). Module buffers are
-/// not sharded (each rank keeps its own, as with GradientSync). Stage
-/// inputs must not be modified in place by the stage.
+/// memory outside a stage's forward and backward; reading them is undefined
+/// behaviour and may crash). The modules' parameters' .grad() are used
+/// internally and undefined between steps. One step: one backward() through
+/// the stages, then finish(), then the optimizer step on shards(). Module
+/// buffers are not sharded (each rank keeps its own, as with GradientSync).
+/// Stage inputs must not be modified in place by the stage. Frozen
+/// parameters are refused (see the constructor).
 class ShardedStages {
  public:
   /// Shards the parameters of the stages' modules (stages without a module
@@ -72,8 +73,12 @@ class ShardedStages {
   /// of each unit into its shard and frees the modules' parameter memory.
   /// Throws c10::Error (nothing changed) if `stages` is empty or a stage has
   /// no forward, a module's parameters are not all dense CPU tensors of one
-  /// floating-point dtype, or a parameter belongs to the modules of two
-  /// different units (naming the parameter).
+  /// floating-point dtype that require grad (frozen parameters cannot be
+  /// sharded: the optimizer would still step them), a parameter holds no
+  /// memory (its module is sharded already by another ShardedStages), a
+  /// parameter belongs to the modules of two different units (naming the
+  /// parameter), or, on every rank, if the ranks' stages differ in units,
+  /// parameter shapes or dtypes (a collective: every rank must construct it).
   ShardedStages(std::vector<Stage> stages, ProcessGroup group);
   /// Gathers the parameters back into the modules (a collective: every rank
   /// must destroy its ShardedStages at the same point; if the group has
@@ -110,9 +115,10 @@ class ShardedStages {
   /// Throws c10::Error as Work::wait if a collective fails.
   void finish();
   /// Gathers every unit's parameters into its module, runs `use` (reading or
-  /// writing the modules' parameters, e.g. torch::save), copies this rank's
-  /// slice of what `use` left back into the shards, and frees them again. A
-  /// collective: every rank must call it.
+  /// writing the modules' parameters, e.g. torch::save, or running the
+  /// stages' forwards: they stay gathered until `use` returns), copies this
+  /// rank's slice of what `use` left back into the shards, and frees them
+  /// again. A collective: every rank must call it.
   void with_full_parameters(const std::function<void()>& use);
 
   /// Parameter gathers (one per unit and forward or backward) and gradient
