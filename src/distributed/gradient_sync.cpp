@@ -30,6 +30,8 @@
 
 #include <exception>
 #include <mutex>
+#include <sstream>
+#include <string>
 #include <utility>
 
 #include <c10/util/Exception.h>
@@ -133,6 +135,20 @@ struct GradientSync::State {
   }
 };
 
+namespace {
+
+/// The parameters' count, shapes and dtypes, for comparing ranks.
+std::string layout_of(const std::vector<torch::Tensor>& parameters) {
+  std::ostringstream text;
+  text << parameters.size() << " parameters:";
+  for (const torch::Tensor& parameter : parameters) {
+    text << ' ' << parameter.scalar_type() << parameter.sizes();
+  }
+  return text.str();
+}
+
+}  // namespace
+
 GradientSync::GradientSync(
     std::vector<torch::Tensor> parameters,
     ProcessGroup group,
@@ -157,6 +173,14 @@ GradientSync::GradientSync(
     if (parameter.requires_grad()) {
       trained.push_back(parameter);
     }
+  }
+  if (group.world_size() > 1) {
+    // Ranks with different parameters would issue allreduces of different
+    // sizes: Gloo aborts the process, or a rank "succeeds" with a partial
+    // sum. One exchange through the store tells every rank instead.
+    group.check_same(
+        "the parameters given to GradientSync (count, shapes, dtypes)",
+        layout_of(trained));
   }
   state_ = std::make_unique<State>(std::move(group), std::move(trained));
   State& state = *state_;
