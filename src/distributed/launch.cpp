@@ -3,6 +3,7 @@
 // worker outlives its launcher] below).
 #include "remat/distributed/launch.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -52,7 +53,11 @@ bool is_group_variable(const std::string& entry) {
         "MASTER_ADDR=",
         "MASTER_PORT=",
         "LOCAL_RANK=",
-        "LOCAL_WORLD_SIZE="}) {
+        "LOCAL_WORLD_SIZE=",
+        // Set below for this launch; one inherited from an outer launch
+        // (a launcher that is itself a worker) would come first in the
+        // workers' environment and name the wrong launcher.
+        "REMAT_LAUNCHER_PID="}) {
     if (entry.rfind(name, 0) == 0) {
       return true;
     }
@@ -105,7 +110,10 @@ extern "C" void note_signal(int signal_number) {
 constexpr std::array<int, 3> kStopSignals{SIGINT, SIGTERM, SIGHUP};
 
 /// Catches SIGINT, SIGTERM and SIGHUP for its lifetime (the first one caught
-/// is in caught_signal); restores the previous handlers.
+/// is in caught_signal); restores the previous handlers. Also gives SIGCHLD
+/// its default action meanwhile: if the program ignores it, the kernel reaps
+/// the workers itself and waitpid() could not tell their exit statuses (it
+/// fails with ECHILD, which would count as a failed worker).
 class CatchStopSignals {
  public:
   CatchStopSignals() {
@@ -116,6 +124,10 @@ class CatchStopSignals {
     for (size_t k = 0; k < kStopSignals.size(); ++k) {
       ::sigaction(kStopSignals[k], &action, &previous_[k]);
     }
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    sigemptyset(&default_action.sa_mask);
+    ::sigaction(SIGCHLD, &default_action, &previous_child_);
   }
   CatchStopSignals(const CatchStopSignals&) = delete;
   CatchStopSignals& operator=(const CatchStopSignals&) = delete;
@@ -123,10 +135,12 @@ class CatchStopSignals {
     for (size_t k = 0; k < kStopSignals.size(); ++k) {
       ::sigaction(kStopSignals[k], &previous_[k], nullptr);
     }
+    ::sigaction(SIGCHLD, &previous_child_, nullptr);
   }
 
  private:
   std::array<struct sigaction, kStopSignals.size()> previous_{};
+  struct sigaction previous_child_ {};
 };
 
 }  // namespace
@@ -136,6 +150,11 @@ LaunchResult launch_local(const LocalLaunchOptions& options) {
       options.nproc() >= 1,
       "remat::distributed::launch_local: expected at least 1 worker, got ",
       options.nproc());
+  TORCH_CHECK(
+      options.master_port() >= 0 && options.master_port() <= 65535,
+      "remat::distributed::launch_local: expected a master port in 0 .. "
+      "65535 (0: a free one), got ",
+      options.master_port());
   const int64_t port =
       options.master_port() > 0 ? options.master_port() : find_free_port();
   std::vector<std::string> arguments = options.arguments();
@@ -167,6 +186,12 @@ LaunchResult launch_local(const LocalLaunchOptions& options) {
     // async-signal-safe calls (execve, _exit) run in the child.
     CStringArray child_argv(arguments);
     CStringArray child_envp(std::move(environment));
+    // The child writes execve's errno here if it fails; a successful execve
+    // closes the pipe, so the parent reads nothing.
+    int exec_status[2] = {-1, -1};
+    if (::pipe2(exec_status, O_CLOEXEC) != 0) {
+      exec_status[0] = exec_status[1] = -1;
+    }
     const pid_t pid = ::fork();
     if (pid == 0) {
       // NOTE: [No worker outlives its launcher]. The launcher's handlers
@@ -182,10 +207,44 @@ LaunchResult launch_local(const LocalLaunchOptions& options) {
       }
       ::execve(
           options.executable().c_str(), child_argv.data(), child_envp.data());
+      const int exec_errno = errno;
+      if (exec_status[1] >= 0) {
+        [[maybe_unused]] const ssize_t written =
+            ::write(exec_status[1], &exec_errno, sizeof(exec_errno));
+      }
       ::_exit(127);  // the forked child only; the caller's process goes on
     }
+    const int fork_errno = errno;
+    int exec_errno = 0;
+    if (exec_status[1] >= 0) {
+      ::close(exec_status[1]);
+      if (pid > 0) {
+        ssize_t got = 0;
+        do {
+          got = ::read(exec_status[0], &exec_errno, sizeof(exec_errno));
+        } while (got < 0 && errno == EINTR);
+        if (got != static_cast<ssize_t>(sizeof(exec_errno))) {
+          exec_errno = 0;
+        }
+      }
+      ::close(exec_status[0]);
+    }
+    if (pid > 0 && exec_errno != 0) {
+      ::waitpid(pid, nullptr, 0);
+      signal_all(running, SIGKILL);
+      for (const pid_t started : running) {
+        ::waitpid(started, nullptr, 0);
+      }
+      TORCH_CHECK(
+          false,
+          "remat::distributed::launch_local: cannot start rank ",
+          rank,
+          ": cannot execute '",
+          options.executable(),
+          "': ",
+          std::strerror(exec_errno));
+    }
     if (pid < 0) {
-      const int fork_errno = errno;
       signal_all(running, SIGKILL);
       for (const pid_t started : running) {
         ::waitpid(started, nullptr, 0);

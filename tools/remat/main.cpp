@@ -66,6 +66,15 @@ void explain_worker_stop() {
     return;
   }
   worker_launcher = static_cast<pid_t>(std::atol(launcher));
+  // A pid that is not our parent's is stale (the variable was left in the
+  // environment of a program that a launcher once started): not a worker. A
+  // worker whose launcher has died does not get here: launch_local asked for
+  // SIGTERM on its launcher's death (PR_SET_PDEATHSIG), whose default action
+  // ends it before this handler is in place.
+  if (::getppid() != worker_launcher) {
+    worker_launcher = 0;
+    return;
+  }
   const char* rank_text = std::getenv("RANK");
   const long long rank = rank_text != nullptr ? std::atoll(rank_text) : -1;
   std::snprintf(
@@ -84,9 +93,6 @@ void explain_worker_stop() {
   action.sa_handler = stop_worker;
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGTERM, &action, nullptr);
-  if (::getppid() != worker_launcher) {
-    stop_worker(SIGTERM);  // gone before the handler was in place
-  }
 }
 
 // Whether the command line asks for a command that runs a model (all but

@@ -51,8 +51,9 @@ struct LaunchResult {
 ///   auto result = launch_local(LocalLaunchOptions().nproc(2).arguments(
 ///       {"remat", "train", "--steps", "10"}));
 ///
-/// Throws c10::Error if nproc < 1 or a worker cannot be started (workers
-/// already started are killed first).
+/// Throws c10::Error if nproc < 1, master_port is outside 0 .. 65535, or a
+/// worker cannot be started: fork fails or the executable cannot be executed
+/// (workers already started are killed first).
 LaunchResult launch_local(const LocalLaunchOptions& options);
 
 }  // namespace remat::distributed
