@@ -11,6 +11,7 @@
 // ranks that disagree) must fail with messages naming the value, quickly.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -536,6 +537,80 @@ TEST(ShardedStages, RefusesTiedWeightsAndBadStagesLeavingThemIntact) {
   expect_no_errors(errors);
 }
 
+// A frozen parameter would be stepped as part of its shard (weight decay,
+// momentum), and a module sharded twice holds no memory to copy: both
+// refused, nothing changed.
+TEST(ShardedStages, RefusesFrozenParametersAndModulesShardedAlready) {
+  const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
+    torch::nn::Linear frozen(4, 4);
+    frozen->bias.set_requires_grad(false);
+    const std::string refused = thrown_by([&] {
+      dist::ShardedStages sharded(
+          remat::stages_of(torch::nn::Sequential(frozen)), group);
+    });
+    EXPECT_NE(refused.find("does not require grad"), std::string::npos)
+        << refused;
+    EXPECT_NE(refused.find("stage 0"), std::string::npos) << refused;
+    EXPECT_EQ(frozen->weight.storage().nbytes(), 16 * sizeof(float));
+
+    torch::nn::Sequential model(torch::nn::Linear(4, 4));
+    dist::ShardedStages first(remat::stages_of(model), group);
+    const std::string twice = thrown_by(
+        [&] { dist::ShardedStages second(remat::stages_of(model), group); });
+    EXPECT_NE(twice.find("sharded already"), std::string::npos) << twice;
+  });
+  expect_no_errors(errors);
+}
+
+// Inside with_full_parameters the stages may run: their forwards do not free
+// the parameters that `use` reads after them or has written.
+TEST(ShardedStages, StagesRunInsideWithFullParametersKeepItsWrites) {
+  const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
+    torch::nn::Sequential model(torch::nn::Linear(4, 4));
+    dist::ShardedStages sharded(remat::stages_of(model), group);
+    torch::Tensor sum;
+    sharded.with_full_parameters([&] {
+      torch::NoGradGuard no_grad;
+      for (torch::Tensor& p : model->parameters()) {
+        p.fill_(1);
+      }
+      sharded.sequential()->forward(torch::ones({2, 4}));
+      sum = model->parameters()[0].sum();  // read after a forward
+    });
+    EXPECT_EQ(sum.item<float>(), 16.0f);
+    for (const torch::Tensor& shard : sharded.shards()) {
+      EXPECT_TRUE(torch::equal(shard, torch::ones_like(shard)));
+    }
+  });
+  expect_no_errors(errors);
+}
+
+// Ranks whose parameters differ would run collectives of different sizes
+// (Gloo aborts the process, or a rank takes a partial sum): refused on every
+// rank, naming both layouts.
+TEST(GradientSyncAndShardedStages, RefuseRanksWithDifferentParameters) {
+  std::vector<std::string> sync_errors(2), shard_errors(2);
+  const auto errors = run_ranks(2, [&](dist::ProcessGroup& group) {
+    const int64_t width = group.rank() == 0 ? 2 : 4;
+    torch::nn::Linear layer(3, width);
+    sync_errors[group.rank()] =
+        thrown_by([&] { dist::GradientSync sync(layer->parameters(), group); });
+    torch::nn::Sequential model(torch::nn::Linear(3, width));
+    shard_errors[group.rank()] = thrown_by(
+        [&] { dist::ShardedStages sharded(remat::stages_of(model), group); });
+    EXPECT_EQ(model[0]->parameters()[0].numel(), 3 * width);  // unchanged
+  });
+  expect_no_errors(errors);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(sync_errors[rank].find("differ"), std::string::npos)
+        << sync_errors[rank];
+    EXPECT_NE(shard_errors[rank].find("differ"), std::string::npos)
+        << shard_errors[rank];
+  }
+  EXPECT_NE(sync_errors[1].find("[4, 3]"), std::string::npos) << sync_errors[1];
+  EXPECT_NE(sync_errors[1].find("[2, 3]"), std::string::npos) << sync_errors[1];
+}
+
 // ---- the contract of finish()
 
 TEST(GradientSync, MissingGradientsCountAsZerosAndFinishAccumulates) {
@@ -803,3 +878,54 @@ TEST(ProcessGroup, APeerThatLeavesMakesTheOthersFailWithinTheTimeout) {
 }
 
 }  // namespace
+
+// ---- launch_local
+
+// A program that ignores SIGCHLD would have its workers reaped by the kernel;
+// the launch still tells their exit statuses.
+TEST(LaunchLocal, TellsExitStatusesWhenTheCallerIgnoresSigchld) {
+  struct sigaction ignore {
+  }, previous{};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGCHLD, &ignore, &previous);
+  const dist::LaunchResult ok = dist::launch_local(
+      dist::LocalLaunchOptions().nproc(2).executable("/bin/true"));
+  const dist::LaunchResult failed = dist::launch_local(
+      dist::LocalLaunchOptions().nproc(1).executable("/bin/false"));
+  struct sigaction after {};
+  ::sigaction(SIGCHLD, &previous, &after);
+  EXPECT_EQ(after.sa_handler, SIG_IGN) << "the caller's action is restored";
+  EXPECT_EQ(ok.exit_code, 0) << ok.message;
+  EXPECT_EQ(failed.exit_code, 1) << failed.message;
+}
+
+TEST(LaunchLocal, RefusesAProgramItCannotExecuteAndABadPort) {
+  const std::string missing = thrown_by([] {
+    dist::launch_local(
+        dist::LocalLaunchOptions().nproc(2).executable("/nonexistent/prog"));
+  });
+  EXPECT_NE(
+      missing.find("cannot execute '/nonexistent/prog'"), std::string::npos)
+      << missing;
+  const std::string port = thrown_by([] {
+    dist::launch_local(
+        dist::LocalLaunchOptions().executable("/bin/true").master_port(70000));
+  });
+  EXPECT_NE(port.find("got 70000"), std::string::npos) << port;
+}
+
+// A launcher run inside a worker (its environment names an outer launcher)
+// gives its workers its own pid, once.
+TEST(LaunchLocal, WorkersSeeTheirOwnLauncherOnly) {
+  ScopedEnv stale("REMAT_LAUNCHER_PID", "1");
+  const std::string expected = std::to_string(::getpid());
+  const dist::LaunchResult result = dist::launch_local(
+      dist::LocalLaunchOptions().executable("/bin/sh").arguments(
+          {"sh",
+           "-c",
+           "test \"$(env | grep -c '^REMAT_LAUNCHER_PID=')\" = 1 && test "
+           "\"$REMAT_LAUNCHER_PID\" = " +
+               expected}));
+  EXPECT_EQ(result.exit_code, 0) << result.message;
+}
