@@ -211,4 +211,21 @@ TEST(CompressActivations, MinBytesKeepsSmallTensorsExact) {
   }
 }
 
+// A tensor kept as it is (below min_bytes) that is the output of the node
+// saving it must not keep that node alive.
+TEST(CompressActivations, AGraphWhoseBackwardNeverRunsIsFreed) {
+  std::weak_ptr<torch::autograd::Node> node;
+  {
+    const torch::Tensor a = torch::randn({8, 8}).requires_grad_(true);
+    torch::Tensor loss;
+    {
+      CompressActivations compress(CompressOptions().min_bytes(1 << 20));
+      const torch::Tensor y = (a * 2).exp();
+      node = y.grad_fn();
+      loss = y.sum();
+    }
+  }
+  EXPECT_TRUE(node.expired());
+}
+
 }  // namespace

@@ -356,11 +356,11 @@ TEST(SaveToFile, CombinesWithCheckpointAndRetainGraph) {
 }
 
 TEST(SaveToFile, AFailedWriteKeepsTheTensorInMemory) {
-  // Files of this process may not grow past 256 KiB; the writes beyond fail
-  // with EFBIG instead of raising SIGXFSZ.
+  // Files of this process may not grow past 256 KiB. SIGXFSZ keeps its
+  // default action (ending the process): the writer must fail with EFBIG.
   struct rlimit saved {};
   ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
-  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_DFL);
   struct rlimit small = saved;
   small.rlim_cur = 256 << 10;
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
@@ -491,6 +491,56 @@ TEST(SaveOnCpu, CpuTensorsStayAndGradientsAreThePlainOnes) {
   EXPECT_GT(stats.tensors_left, 0);
   EXPECT_THROW(
       remat::SaveOnCpu(remat::SaveOnCpuOptions().min_bytes(-1)), c10::Error);
+}
+
+// A conjugate (or negative) view's bytes are not its values: what comes back
+// from the file is the values.
+TEST(SaveToFile, ConjugateViewsComeBackAsTheirValues) {
+  torch::manual_seed(5);
+  const torch::Tensor a0 = torch::randn({64, 300}, torch::kDouble);
+  const auto f = [](const torch::Tensor& a) {
+    const torch::Tensor c = torch::complex(a * 2, a * 3).conj();
+    return torch::real(c * c).sum() +
+           (torch::imag(c) * torch::imag(c).sin()).sum();
+  };
+  torch::Tensor plain_input = a0.clone().requires_grad_(true);
+  f(plain_input).backward();
+  torch::Tensor input = a0.clone().requires_grad_(true);
+  torch::Tensor loss;
+  {
+    remat::SaveToFile spill(remat::SaveToFileOptions().min_bytes(0));
+    loss = f(input);
+  }
+  loss.backward();
+  EXPECT_TRUE(torch::equal(input.grad(), plain_input.grad()));
+}
+
+// An output saved by its own node (exp) must not keep that node alive
+// through the store: a forward whose backward never runs frees its graph
+// (and SaveToFile's file and thread with it).
+TEST(Offload, AGraphWhoseBackwardNeverRunsIsFreed) {
+  for (int store = 0; store < 3; ++store) {
+    std::weak_ptr<torch::autograd::Node> node;
+    {
+      const torch::Tensor a = torch::randn({8, 8}).requires_grad_(true);
+      torch::Tensor loss;
+      {
+        std::optional<remat::SaveToFile> spill;
+        std::optional<remat::SaveOnCpu> on_cpu;
+        if (store == 0) {
+          spill.emplace();  // small tensors: kept in memory
+        } else if (store == 1) {
+          spill.emplace(remat::SaveToFileOptions().min_bytes(0));
+        } else {
+          on_cpu.emplace();  // CPU tensors: kept
+        }
+        const torch::Tensor y = (a * 2).exp();
+        node = y.grad_fn();
+        loss = y.sum();
+      }
+    }
+    EXPECT_TRUE(node.expired()) << "store " << store;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // operators registered here (a kept operator does not run again in
 // backward), and the tracking allocator (memory ordered by what is kept).
 #include <atomic>
+#include <optional>
 
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
@@ -473,6 +474,81 @@ TEST(Policies, ReadyMadePoliciesAnswerAsDocumented) {
   EXPECT_EQ(
       policies::recompute_ops({"aten::mm"})(gelu),
       CheckpointPolicy::kPreferSave);
+}
+
+// A kept call that saves a conjugate view of its input (linalg_vecdot on
+// complex tensors saves x.conj()): the view's conjugate bit is part of what
+// backward needs, so it is held, not rebuilt from the plain input.
+TEST(SelectiveCheckpoint, ConjugateViewsOfInputsKeepTheirBit) {
+  torch::manual_seed(3);
+  const torch::Tensor x0 = torch::randn({8, 16}, torch::kComplexDouble);
+  const torch::Tensor y0 = torch::randn({8, 16}, torch::kComplexDouble);
+  const auto region = [](const torch::autograd::variable_list& in) {
+    return torch::autograd::variable_list{
+        torch::real(torch::linalg_vecdot(in[0], in[1])).sin()};
+  };
+  const auto grads = [&](const std::optional<remat::Policy>& policy) {
+    torch::Tensor x = x0.clone().requires_grad_(true);
+    torch::Tensor y = y0.clone().requires_grad_(true);
+    torch::autograd::variable_list out;
+    if (policy) {
+      out = remat::checkpoint(
+          region, {x * 1, y * 1}, CheckpointOptions().policy(*policy));
+    } else {
+      out = region({x * 1, y * 1});
+    }
+    out[0].sum().backward();
+    return std::vector<torch::Tensor>{x.grad(), y.grad()};
+  };
+  const std::vector<torch::Tensor> plain = grads(std::nullopt);
+  for (const auto& [name, policy] :
+       std::vector<std::pair<std::string, remat::Policy>>{
+           {"save_all", policies::save_all()},
+           {"combine",
+            policies::combine(
+                {policies::recompute_ops({"aten::sin"}),
+                 policies::save_all()})}}) {
+    const std::vector<torch::Tensor> got = grads(policy);
+    for (size_t k = 0; k < plain.size(); ++k) {
+      EXPECT_TRUE(torch::equal(got[k], plain[k])) << name << ", input " << k;
+    }
+  }
+}
+
+// A region input that is not dense (a strided slice) comes back from
+// SaveToFile as a dense copy; the views kept calls saved of it are rebuilt
+// on the forward's layout, and the gradients are the plain ones.
+TEST(SelectiveCheckpoint, NonDenseInputsSurviveAHookThatMakesThemDense) {
+  torch::manual_seed(4);
+  const torch::Tensor x0 = torch::randn({16, 64}, torch::kDouble);
+  const torch::Tensor p0 = torch::randn({24, 64}, torch::kDouble);
+  const auto region = [](const torch::autograd::variable_list& in) {
+    return torch::autograd::variable_list{torch::linear(in[0], in[1]).sin()};
+  };
+  const auto grads = [&](bool selective) {
+    torch::Tensor x = x0.clone().requires_grad_(true);
+    torch::Tensor p = p0.clone().requires_grad_(true);
+    torch::Tensor loss;
+    {
+      remat::SaveToFile spill(remat::SaveToFileOptions().min_bytes(0));
+      const torch::Tensor w =
+          (p * 1).index({torch::indexing::Slice(0, torch::indexing::None, 2)});
+      loss = selective
+                 ? remat::checkpoint(
+                       region,
+                       {x * 1, w},
+                       CheckpointOptions().policy(policies::save_all()))[0]
+                       .sum()
+                 : region({x * 1, w})[0].sum();
+    }
+    loss.backward();
+    return std::vector<torch::Tensor>{x.grad(), p.grad()};
+  };
+  const std::vector<torch::Tensor> plain = grads(false);
+  const std::vector<torch::Tensor> kept = grads(true);
+  for (size_t k = 0; k < plain.size(); ++k) {
+    EXPECT_TRUE(torch::equal(kept[k], plain[k])) << "input " << k;
+  }
 }
 
 }  // namespace

@@ -44,7 +44,9 @@ bool engine_installed();
 // clang-format off
 ///
 ///   remat::SavedTensorHooks offload(
-///       [](const torch::Tensor& t) -> std::any { return t.to(torch::kCPU); },
+///       [](const torch::Tensor& t) -> std::any {
+///         return t.detach().to(torch::kCPU);
+///       },
 ///       [](const std::any& p) { return std::any_cast<torch::Tensor>(p); });
 ///   auto loss = model->forward(x).sum();   // saved tensors packed
 ///   // guard may end here; unpack runs during backward
@@ -55,8 +57,13 @@ bool engine_installed();
 /// in place; `unpack` may run several times (backward with retain_graph), on
 /// another thread (CUDA backward), and must return a tensor with the saved
 /// tensor's shape, dtype and device. Hooks are copied into every saved
-/// variable's state, so captured state must outlive backward.
-/// Guards must be destroyed in reverse order of construction on their thread.
+/// variable's state, so captured state must outlive backward. What `pack`
+/// stores should hold no autograd graph: storing its argument itself (or
+/// t.to(kCPU) of a CPU tensor, which is t) makes an output saved by its own
+/// op (exp, sigmoid) hold its own node, so a forward whose backward never
+/// runs is never freed; store t.detach() (autograd gives unpack's result its
+/// graph back). Guards must be destroyed in reverse order of construction on
+/// their thread; another order ends the process (std::terminate).
 /// Throws c10::Error (from install_engine) if another engine is installed.
 class SavedTensorHooks {
  public:

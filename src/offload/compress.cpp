@@ -98,7 +98,8 @@ bool compressible(const at::Tensor& tensor, const CompressOptions& options) {
 
 Packed as_is(const at::Tensor& tensor) {
   Packed packed;
-  packed.stored = tensor;
+  // Detached: an output saved by its own node must not hold that node.
+  packed.stored = tensor.detach();
   return packed;
 }
 

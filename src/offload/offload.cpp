@@ -51,7 +51,9 @@ std::any Offloader::pack(const at::Tensor& tensor) {
   if (!moves) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.tensors_left;
-    return Kept{tensor, SavedVersion(tensor), name_};
+    // Detached: an output saved by its own node must not hold that node (a
+    // reference cycle that leaks the graph if backward never runs).
+    return Kept{tensor.detach(), SavedVersion(tensor), name_};
   }
   return cache_.find_or_make(
       tensor, [this](const at::Tensor& t) { return move_out(t); });
@@ -61,7 +63,8 @@ std::shared_ptr<Offloader::Moved> Offloader::move_out(
     const at::Tensor& tensor) {
   auto moved = std::make_shared<Moved>();
   moved->version = SavedVersion(tensor);
-  moved->slot = store_->put(tensor);  // may wait for the store: no lock held
+  // Detached, as Kept: the store may hold it (until written, or for good).
+  moved->slot = store_->put(tensor.detach());  // may wait: no lock held
   moved->owner = shared_from_this();
   std::lock_guard<std::mutex> lock(mutex_);
   moved->number = next_number_++;

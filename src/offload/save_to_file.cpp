@@ -13,6 +13,8 @@
 // of a mapping outside the allocator's view. A write that fails leaves the
 // tensor held in memory, and take() hands that back.
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -117,8 +119,11 @@ class SpillFile {
     auto slot = std::make_shared<FileSlot>();
     // A dense tensor's elements fill [data_ptr, data_ptr + nbytes) whatever
     // its strides, so its bytes go as they are and come back with its strides.
+    // A conjugate or negative view's bytes are not its values (the bit is
+    // applied lazily): write the values, and they come back as a plain tensor.
+    const at::Tensor values = tensor.resolve_conj().resolve_neg();
     slot->source =
-        tensor.is_non_overlapping_and_dense() ? tensor : tensor.contiguous();
+        values.is_non_overlapping_and_dense() ? values : values.contiguous();
     slot->sizes = slot->source.sizes().vec();
     slot->strides = slot->source.strides().vec();
     slot->dtype = slot->source.scalar_type();
@@ -323,7 +328,15 @@ class FileStore final : public OffloadStore {
                 options.directory().empty() ? default_directory()
                                             : options.directory()),
             options.max_pending_bytes())),
-        worker_([file = file_] { file->work(); }) {}
+        worker_([file = file_] {
+          // A write past RLIMIT_FSIZE must fail with EFBIG (a write failure,
+          // the tensor stays in memory), not kill the process with SIGXFSZ.
+          sigset_t blocked;
+          sigemptyset(&blocked);
+          sigaddset(&blocked, SIGXFSZ);
+          pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+          file->work();
+        }) {}
 
   ~FileStore() override {
     file_->stop();

@@ -3,7 +3,10 @@
 // works and what it does not support.
 #include "selective.h"
 
+#include <algorithm>
 #include <utility>
+
+#include <ATen/ATen.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
@@ -97,7 +100,8 @@ bool same_view(const at::Tensor& a, const at::Tensor& b) {
   }
   return a.storage().is_alias_of(b.storage()) &&
          a.storage_offset() == b.storage_offset() && a.sizes() == b.sizes() &&
-         a.strides() == b.strides() && a.dtype() == b.dtype();
+         a.strides() == b.strides() && a.dtype() == b.dtype() &&
+         a.is_conj() == b.is_conj() && a.is_neg() == b.is_neg();
 }
 
 /// Asks `policy` about one call and checks that the answer is one of the
@@ -140,6 +144,8 @@ SelectiveRegion::PackSource SelectiveRegion::trace(
       if (input.defined() && input.has_storage() &&
           input.layout() == at::kStrided && input.dtype() == packed.dtype() &&
           input.device() == packed.device() &&
+          input.is_conj() == packed.is_conj() &&
+          input.is_neg() == packed.is_neg() &&
           input.storage().is_alias_of(packed.storage())) {
         source.kind = Kind::kInputView;
         source.index = static_cast<int64_t>(j);
@@ -147,6 +153,9 @@ SelectiveRegion::PackSource SelectiveRegion::trace(
         source.strides = packed.strides().vec();
         source.offset_from_input =
             packed.storage_offset() - input.storage_offset();
+        source.input_sizes = input.sizes().vec();
+        source.input_strides = input.strides().vec();
+        source.input_offset = input.storage_offset();
         return source;
       }
     }
@@ -400,10 +409,51 @@ void SelectiveRegion::recompute_call(
           break;
         case PackSource::Kind::kInputView: {
           const at::Tensor& input = inputs.at(source.index);
-          scope.sink_->fill(input.as_strided(
-              source.sizes,
-              source.strides,
-              input.storage_offset() + source.offset_from_input));
+          if (input.sizes() == source.input_sizes &&
+              input.strides() == source.input_strides) {
+            scope.sink_->fill(input.as_strided(
+                source.sizes,
+                source.strides,
+                input.storage_offset() + source.offset_from_input));
+            break;
+          }
+          // Another layout than the forward's: lay the input out as in the
+          // forward, in a buffer as long as the forward's storage needed.
+          auto extent = [](at::IntArrayRef sizes,
+                           at::IntArrayRef strides,
+                           int64_t offset) {
+            int64_t end = offset + 1;
+            for (size_t d = 0; d < sizes.size(); ++d) {
+              if (sizes[d] == 0) {
+                return offset;
+              }
+              end += (sizes[d] - 1) * strides[d];
+            }
+            return end;
+          };
+          const int64_t view_offset =
+              source.input_offset + source.offset_from_input;
+          TORCH_CHECK(
+              view_offset >= 0,
+              "remat::checkpoint: cannot rebuild a tensor saved by ",
+              call.name,
+              " (operator ",
+              index,
+              " of the region) from its recomputed input");
+          const int64_t length = std::max(
+              extent(
+                  source.input_sizes,
+                  source.input_strides,
+                  source.input_offset),
+              extent(source.sizes, source.strides, view_offset));
+          const at::NoGradGuard no_grad;  // values only: fill() detaches
+          at::Tensor buffer = at::empty({length}, input.options());
+          buffer
+              .as_strided(
+                  source.input_sizes, source.input_strides, source.input_offset)
+              .copy_(input);
+          scope.sink_->fill(
+              buffer.as_strided(source.sizes, source.strides, view_offset));
           break;
         }
         case PackSource::Kind::kHeld:

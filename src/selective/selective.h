@@ -106,7 +106,12 @@ class SelectiveRegion {
     int64_t index = 0;
     std::vector<int64_t> sizes, strides;  // kInputView
     int64_t offset_from_input = 0;  // kInputView: storage offset - input's
-    at::Tensor held;                // kHeld
+    // kInputView: the input's layout in the forward. A recomputed input may
+    // come back with another one (a saved-tensor hook that returns a dense
+    // copy of a non-dense tensor: SaveToFile, CompressActivations).
+    std::vector<int64_t> input_sizes, input_strides;
+    int64_t input_offset = 0;
+    at::Tensor held;  // kHeld
   };
   struct LoggedCall {
     std::string name;
