@@ -8,7 +8,10 @@
 // saved tensors roughly in the reverse order of saving, so when one is asked
 // for, the next `prefetch` ones are fetched in the background, and their
 // copies overlap backward's compute. Exact: the tensors come back bit for bit
-// with their shape, strides and dtype, so gradients equal the plain run's.
+// with their shape and dtype (and their strides where they are dense; a
+// non-dense tensor comes back as a contiguous copy of its values, a
+// conjugate or negative view as its resolved values), so gradients equal the
+// plain run's.
 //
 // Never moved: parameters and views of parameters (every leaf that requires
 // grad; alive anyway), tensors that repeat elements of their storage (a
