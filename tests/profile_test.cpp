@@ -125,6 +125,28 @@ TEST(ProfileChain, LeavesBuffersGradientsAndRngUntouched) {
   }
 }
 
+// Stages whose modules nest (one stage's module is the parent of another's)
+// reach a parameter twice: its gradient is still restored as it was.
+TEST(ProfileChain, RestoresGradientsOfParametersThatNestedModulesShare) {
+  torch::nn::Sequential model(
+      torch::nn::Linear(8, 8), torch::nn::Tanh(), torch::nn::Linear(8, 8));
+  torch::nn::Linear first(model->ptr<torch::nn::LinearImpl>(0));
+  torch::nn::Linear last(model->ptr<torch::nn::LinearImpl>(2));
+  std::vector<remat::Stage> stages{
+      {[=](const torch::Tensor& x) mutable { return first(x); }, model.ptr()},
+      {[](const torch::Tensor& x) { return torch::tanh(x); }, nullptr},
+      {[=](const torch::Tensor& x) mutable { return last(x); }, last.ptr()}};
+  for (torch::Tensor& parameter : model->parameters()) {
+    parameter.mutable_grad() = torch::full_like(parameter, 7.0);
+  }
+  remat::profile_chain(stages, torch::randn({4, 8}));
+  for (const auto& item : model->named_parameters()) {
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+    EXPECT_TRUE(torch::all(item.value().grad() == 7.0).item<bool>())
+        << item.key();
+  }
+}
+
 /// A stage that records, per call of its forward, whether autograd
 /// recorded it.
 struct GradModeRecorderImpl : torch::nn::Module {

@@ -166,7 +166,7 @@ std::optional<Choice> choose(
 
 /// The largest size in [lo, hi] that `strategy` fits under the cap on the
 /// model (binary search: fitting is monotone in the size); lo - 1 when none
-/// does.
+/// does. A size whose modelled bytes are past any memory does not fit.
 int64_t largest_on_model(
     const std::string& strategy,
     const ChainModel& model,
@@ -174,7 +174,8 @@ int64_t largest_on_model(
     int64_t hi,
     int64_t cap_bytes) {
   auto fits = [&](int64_t size) {
-    return choose(strategy, model.at(size), cap_bytes).has_value();
+    const std::optional<planner::Graph> graph = model.at(size);
+    return graph && choose(strategy, *graph, cap_bytes).has_value();
   };
   if (!fits(lo)) {
     return lo - 1;
@@ -309,6 +310,18 @@ void check_arguments(
       names.probe,
       " >= 1, got ",
       options.probe_size());
+  // The probes (up to 4 probe_size) and the search's bounds (max_size + 1)
+  // must not overflow.
+  constexpr int64_t kMaxSize = int64_t{1} << 60;
+  TORCH_CHECK(
+      options.max_size() <= kMaxSize,
+      names.function,
+      ": expected ",
+      names.max,
+      " <= 2^60 (",
+      kMaxSize,
+      "), got ",
+      options.max_size());
   TORCH_CHECK(
       options.max_size() >= options.probe_size(),
       names.function,
@@ -350,12 +363,28 @@ class Problems {
         " stages and ",
         problem.input.defined() ? "an" : "an undefined",
         " input");
+    // Sizes share one model of the stages: their count may not change.
+    if (!first_) {
+      first_ = std::make_pair(size, problem.stages.size());
+    }
+    TORCH_CHECK(
+        problem.stages.size() == first_->second,
+        names_.function,
+        ": make_problem must return the same stages at every size, got ",
+        first_->second,
+        " stages at size ",
+        first_->first,
+        " and ",
+        problem.stages.size(),
+        " at size ",
+        size);
     return problem;
   }
 
  private:
   const std::function<Problem(int64_t)>& make_problem_;
   Names names_;
+  mutable std::optional<std::pair<int64_t, size_t>> first_;  // size, stages
 };
 
 /// Step 1 (NOTE: [Fitting a size]): the model through the chains profiled
@@ -460,7 +489,7 @@ FitAnswer largest_under_cap(
       // The profile fits, the measured step does not, and the model
       // cannot tell why: step down.
       failed = size;
-      size = std::max(fitted, std::min(size - 1, size * 9 / 10));
+      size = std::max(fitted, std::min(size - 1, size - (size + 9) / 10));
     } else {
       // The model was wrong here: take this profile into it and search
       // again below.
@@ -539,13 +568,19 @@ void confirm_times(
     }
   }
   std::vector<Problem> timed_problems;
-  std::vector<std::unique_ptr<detail::ModelStateGuard>> guards;
+  std::vector<std::shared_ptr<torch::nn::Module>> modules;
   for (const FitAnswer* answer : timed) {
     timed_problems.push_back(problems.at(answer->size));
-    guards.push_back(std::make_unique<detail::ModelStateGuard>(
-        modules_of_problem(timed_problems.back()),
-        timed_problems.back().input.device()));
+    for (auto& module : modules_of_problem(timed_problems.back())) {
+      if (std::find(modules.begin(), modules.end(), module) == modules.end()) {
+        modules.push_back(std::move(module));
+      }
+    }
   }
+  // One guard over every module: guards of the same modules made one after
+  // another each save what the one before set (zeroed gradients), and the
+  // last one restored would win.
+  detail::ModelStateGuard guard(modules, timed_problems.front().input.device());
   const Policy& policy = options.profile().selective_policy();
   std::vector<decltype(planned(timed_problems.front(), {}, policy))> nets;
   for (size_t i = 0; i < timed.size(); ++i) {
@@ -638,6 +673,8 @@ std::vector<FitAnswer> fit_batch(
     int64_t cap_bytes,
     const FitOptions& options) {
   // Checked at the first call, after fit()'s checks of the options.
+  TORCH_CHECK(
+      !stages.empty(), "remat::fit_batch: expected at least one stage, got 0");
   auto make_problem = [&](int64_t batch) {
     TORCH_CHECK(
         static_cast<bool>(make_input),

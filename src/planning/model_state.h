@@ -48,11 +48,14 @@ class ModelStateGuard {
   }
   ~ModelStateGuard() {
     c10::NoGradGuard no_grad;
-    for (auto& [buffer, backup] : buffers_) {
-      buffer.variable_data().copy_(backup);
+    // In reverse: a tensor reached twice (a module and its parent, both in
+    // `modules`) was saved first as it was, then as this guard set it; the
+    // first save must be restored last.
+    for (auto it = buffers_.rbegin(); it != buffers_.rend(); ++it) {
+      it->first.variable_data().copy_(it->second);
     }
-    for (auto& [parameter, grad] : grads_) {
-      parameter.mutable_grad() = grad;
+    for (auto it = grads_.rbegin(); it != grads_.rend(); ++it) {
+      it->first.mutable_grad() = it->second;
     }
     for (auto& [generator, state] : rng_) {
       std::lock_guard<std::mutex> lock(generator.mutex());
