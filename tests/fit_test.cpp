@@ -10,6 +10,7 @@
 // policy the optimal plan fits at least as long a sequence.
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <string>
@@ -304,6 +305,87 @@ TEST(FitBatch, RefusesBadArguments) {
         std::string::npos)
         << error.what();
   }
+}
+
+// With a time limit every answer is timed; the caller's gradients and RNG
+// come back as they were, whatever the number of answers timed.
+TEST(FitBatch, TimingTheAnswersLeavesGradientsAndRngAsTheyWere) {
+  torch::manual_seed(0);
+  const auto stages = residual_stages(2);
+  std::vector<torch::Tensor> parameters;
+  for (const remat::Stage& stage : stages) {
+    for (const torch::Tensor& p : stage.module->parameters()) {
+      parameters.push_back(p);
+    }
+  }
+  for (torch::Tensor& p : parameters) {
+    p.mutable_grad() = torch::full_like(p, 7.0);
+  }
+  torch::manual_seed(42);
+  const torch::Tensor expected = torch::rand({4});
+  torch::manual_seed(42);
+  const auto answers = remat::fit_batch(
+      [](int64_t batch) {
+        return torch::ones({batch, 64});
+      },
+      stages,
+      2 << 20,
+      remat::FitOptions().probe_batch(4).max_batch(64).max_time_ratio(1.5));
+  EXPECT_TRUE(torch::equal(torch::rand({4}), expected));
+  for (const torch::Tensor& p : parameters) {
+    EXPECT_TRUE(torch::all(p.grad() == 7.0).item<bool>());
+  }
+}
+
+// Sizes far beyond any memory count as "does not fit", not as a broken
+// model; bounds past 2^60 are refused; so are no stages, and stages whose
+// count changes with the size.
+TEST(FitBatch, HugeBoundsAndChangingStagesAreHandled) {
+  const auto stages = residual_stages(2);
+  const auto small = remat::fit_batch(
+      rows,
+      stages,
+      1 << 19,
+      remat::FitOptions().probe_batch(4).max_batch(1024));
+  const auto huge = remat::fit_batch(
+      rows,
+      stages,
+      1 << 19,
+      remat::FitOptions().probe_batch(4).max_batch(int64_t{1} << 55));
+  ASSERT_EQ(small.size(), huge.size());
+  for (size_t k = 0; k < small.size(); ++k) {
+    EXPECT_LT(small[k].batch, 1024) << small[k].strategy;
+    EXPECT_EQ(small[k].batch, huge[k].batch) << small[k].strategy;
+  }
+  const auto message = [](const std::function<void()>& body) {
+    try {
+      body();
+    } catch (const c10::Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string too_big = message([&] {
+    remat::fit_batch(
+        rows,
+        stages,
+        1 << 20,
+        remat::FitOptions().max_batch(std::numeric_limits<int64_t>::max()));
+  });
+  EXPECT_NE(too_big.find("max_batch <= 2^60"), std::string::npos) << too_big;
+  const std::string none =
+      message([&] { remat::fit_batch(rows, {}, 1 << 20); });
+  EXPECT_NE(none.find("at least one stage, got 0"), std::string::npos) << none;
+  const std::string changing = message([&] {
+    remat::fit_size(
+        [&](int64_t n) {
+          return remat::FitProblem{residual_stages(n < 8 ? 2 : 3), rows(n)};
+        },
+        1 << 20,
+        remat::FitSizeOptions().probe_size(4).max_size(64));
+  });
+  EXPECT_NE(changing.find("the same stages at every size"), std::string::npos)
+      << changing;
 }
 
 TEST(FitSize, RefusesBadArgumentsNamingTheValue) {

@@ -124,8 +124,9 @@ struct FitAnswer {
 // clang-format on
 ///
 /// Throws c10::Error if cap_bytes <= 0, max_time_ratio < 0, probe_batch < 1,
-/// max_batch < probe_batch, `make_input` is empty or makes an input whose first
-/// dimension is not the batch asked for, and as profile_chain.
+/// max_batch < probe_batch or above 2^60, `make_input` is empty or makes an
+/// input whose first dimension is not the batch asked for, and as
+/// profile_chain.
 std::vector<FitAnswer> fit_batch(
     const std::function<torch::Tensor(int64_t)>& make_input,
     const std::vector<Stage>& stages,
@@ -203,9 +204,9 @@ struct FitSizeOptions {
 // clang-format on
 ///
 /// Throws c10::Error if cap_bytes <= 0, max_time_ratio < 0, probe_size < 1,
-/// max_size < probe_size, units_of_size is given and not positive and finite
-/// at probe_size or max_size, `make_problem` is empty or returns no stages or
-/// an undefined input, and as profile_chain.
+/// max_size < probe_size or above 2^60, units_of_size is given and not
+/// positive and finite at probe_size or max_size, `make_problem` is empty or
+/// returns no stages or an undefined input, and as profile_chain.
 std::vector<FitAnswer> fit_size(
     const std::function<FitProblem(int64_t)>& make_problem,
     int64_t cap_bytes,

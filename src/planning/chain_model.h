@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -49,12 +50,25 @@ class ChainModel {
     return result;
   }
 
-  /// The modelled graph at `size`, with the profiles' structure.
-  planner::Graph at(int64_t size) const {
+  /// The modelled graph at `size`, with the profiles' structure;
+  /// std::nullopt where the modelled bytes are too large for a
+  /// planner::Graph (a size far beyond any memory: no cap fits it).
+  std::optional<planner::Graph> at(int64_t size) const {
     auto time = [&](auto field) { return std::max(0.0, value(field, size)); };
-    auto bytes = [&](auto field, int64_t floor) {
-      return std::max<int64_t>(
-          floor, static_cast<int64_t>(std::ceil(value(field, size))));
+    // Every byte field, twice (the graph's byte total weighs some twice),
+    // must stay well below the graph's limit (INT64_MAX / 4), and the cast
+    // to int64_t must be defined.
+    constexpr double kByteLimit = 0x1p59;
+    double byte_total = 0;
+    bool too_large = false;
+    auto bytes = [&](auto field, int64_t floor) -> int64_t {
+      const double modelled = std::ceil(value(field, size));
+      if (!(std::abs(modelled) <= kByteLimit)) {  // NaN too
+        too_large = true;
+        return floor;
+      }
+      byte_total += 2 * std::abs(modelled);
+      return std::max<int64_t>(floor, static_cast<int64_t>(modelled));
     };
     const planner::Graph& structure = profiles_.front();
     const int64_t input_bytes = bytes(
@@ -138,6 +152,9 @@ class ChainModel {
       cold_write_ms_per_mib += profile.cold_write_ms_per_mib();
     }
     cold_write_ms_per_mib /= static_cast<double>(profiles_.size());
+    if (too_large || byte_total > kByteLimit) {
+      return std::nullopt;
+    }
     return planner::Graph(std::move(stages), std::move(inputs), input_bytes)
         .with_cold_write_ms_per_mib(cold_write_ms_per_mib);
   }
