@@ -342,6 +342,32 @@ TEST(PlannedSequential, MatchesPlainSequentialOnGpt) {
   check_every_plan(gpt_case());
 }
 
+// One module used by several stages: its gradient terms are summed in the
+// plain backward's order under every plan (bitwise on CPU).
+TEST(PlannedSequential, AModuleSharedByStagesGetsThePlainGradient) {
+  torch::manual_seed(0);
+  torch::nn::Linear shared(8, 8);
+  torch::nn::Sequential model(
+      shared, torch::nn::Tanh(), shared, torch::nn::Tanh(), shared);
+  const torch::Tensor x = torch::randn({4, 8});
+  const auto weight_grad = [&](const std::function<torch::Tensor()>& run) {
+    shared->weight.mutable_grad() = torch::Tensor();
+    shared->bias.mutable_grad() = torch::Tensor();
+    run().pow(2).sum().backward();
+    return shared->weight.grad().clone();
+  };
+  const torch::Tensor plain = weight_grad([&] { return model->forward(x); });
+  for (const char* text :
+       {"R0 R1 R2 R3 R4 B4 B3 B2 B1 B0",
+        "R0 C1 N2 N3 R4 B4 R1 R2 R3 B3 B2 B1 B0",
+        "R0 R1 C2 N3 R4 B4 R2 R3 B3 B2 B1 B0"}) {
+    remat::PlannedSequential net(model, remat::planner::plan_from_string(text));
+    EXPECT_TRUE(
+        torch::equal(weight_grad([&] { return net->forward(x); }), plain))
+        << text;
+  }
+}
+
 TEST(PlannedSequential, EvaluationUnderNoGradRunsThePlainForward) {
   Case c = mlp_case();
   c.model->eval();

@@ -77,6 +77,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <ATen/Context.h>
@@ -740,6 +741,37 @@ std::shared_ptr<const PlanProgram> make_program(
     replayed.push_back(count > 1);
   }
   std::vector<int64_t> linked = linked_values(structure, plan);
+  // A parameter used by several stages sums its gradient terms in the order
+  // of a plain backward only if each engine call holds all of its uses or
+  // one: a linked run holding two uses of it, after an earlier call that
+  // held another, would add (g_a + g_b) to g_c where a plain backward adds
+  // g_b and then g_a to g_c, and floating-point addition is not
+  // associative. Stages that share a parameter are not linked.
+  std::unordered_map<const void*, int64_t> first_stage;
+  std::vector<bool> shares(calls.size(), false);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (!calls[i].module) {
+      continue;
+    }
+    for (const torch::Tensor& parameter : calls[i].module->parameters()) {
+      const void* key = parameter.unsafeGetTensorImpl();
+      auto [it, inserted] = first_stage.emplace(key, static_cast<int64_t>(i));
+      if (!inserted && it->second != static_cast<int64_t>(i)) {
+        shares[i] = true;
+        shares[static_cast<size_t>(it->second)] = true;
+      }
+    }
+  }
+  for (size_t k = 0; k < linked.size(); ++k) {
+    if (linked[k] < 0) {
+      continue;
+    }
+    const auto reader = static_cast<size_t>(plan.ops[k].stage);
+    const auto producer = static_cast<size_t>(linked[k] - 1);
+    if (shares[reader] || shares[producer]) {
+      linked[k] = -1;
+    }
+  }
   return std::make_shared<const PlanProgram>(PlanProgram{
       std::move(calls),
       std::move(structure),
