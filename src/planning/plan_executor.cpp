@@ -56,7 +56,11 @@
 // Ops timed for self-correction are never linked (a per-stage time needs a
 // stage boundary), nor is an output the record did not compute (one with no
 // graph: a parameter, the stage's input leaf), which outlives the step and
-// must carry nothing of it (PlanExecution::linkable). A value both stages
+// must carry nothing of it (PlanExecution::linkable), nor are stages whose
+// modules share a parameter (make_program): a linked run holding two of its
+// uses would add their terms to each other before the term an earlier engine
+// call left in .grad, where a plain backward adds them to it one by one
+// (floating-point addition is not associative). A value both stages
 // read has one leaf, the producer's, which the reader shares: its
 // gradient's terms from both stages then meet in one accumulator, in the
 // order of a plain backward (the reader's uses first), and the reader's
