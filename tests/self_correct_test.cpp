@@ -334,6 +334,42 @@ TEST(SelfCorrection, ProfilesOnTheFirstTrainingInputWithoutAChain) {
   EXPECT_EQ(net->measured_chain()->input_bytes(), chain.input_bytes());
 }
 
+// The profile a self-correcting chain makes inside its first step (no chain
+// given) measures one stage at a time and its cold writes within the budget,
+// so that step stays within the budget too (on this MLP; not guaranteed in
+// general, see planned_chain.h).
+TEST(SelfCorrection, TheFirstStepsOwnProfileStaysWithinTheBudget) {
+  torch::manual_seed(0);
+  torch::nn::Sequential model;
+  for (int i = 0; i < 8; ++i) {
+    model->push_back(torch::nn::Linear(256, 256));
+    model->push_back(torch::nn::GELU());
+  }
+  const std::vector<remat::Stage> stages = remat::stages_of(model);
+  const torch::Tensor input = torch::randn({512, 256});
+  const remat::Budget budget = remat::Budget::parse("50%");
+  const planner::Chain chain = remat::profile_chain(stages, input);
+  const int64_t budget_bytes = budget.resolve_bytes(chain);
+  remat::PlannedChain net(
+      stages,
+      remat::plan_within(chain, budget),
+      remat::PlannedChainOptions().self_correct(true).budget(budget));
+  int64_t parameter_bytes = 0;
+  for (const torch::Tensor& p : model->parameters()) {
+    parameter_bytes += static_cast<int64_t>(p.nbytes());
+  }
+  remat::install_tracking_allocator();
+  remat::MemoryMeter meter;
+  const torch::Tensor loss = net->forward(input).sum();
+  loss.backward();
+  // The step's activations and input: its peak less the gradients it made
+  // (at most every parameter's) and the loss and its gradient.
+  const int64_t activations = meter.peak_delta_bytes() - parameter_bytes -
+                              2 * static_cast<int64_t>(loss.nbytes()) +
+                              static_cast<int64_t>(input.nbytes());
+  EXPECT_LE(activations, budget_bytes);
+}
+
 // ---- Graphs ---------------------------------------------------------------
 
 /// Seven stages of `width` units; stage 5 adds stage 1's output (a skip

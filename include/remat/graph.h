@@ -25,9 +25,11 @@
 // above that budget, and gradients are those of the plain run under any
 // plan. corrections() lists the switches. The profile is options.graph or,
 // without one, a profile_graph on the first training input, run inside that
-// first step: that step's peak is the profile's (it holds every stage's
-// output), which may be above the budget; pass options.graph when every step
-// must stay within it. See docs/planned_execution.md.
+// first step: that step's peak is then the profile's (one stage measured at
+// a time with the values later stages read, its cold-write buffers within
+// the budget), within the budget on typical models but not guaranteed; pass
+// options.graph when every step must stay within it. See
+// docs/planned_execution.md.
 //
 // Limits (as PlannedChain's): backward runs once per forward, and
 // torch::autograd::grad / backward(inputs=...) / backward(create_graph=true)

@@ -37,9 +37,10 @@
 // switch never raises the predicted peak above that budget, and gradients
 // are those of the plain run under any plan. corrections() lists the
 // switches. A profile_chain made for want of options.chain runs inside the
-// first training step: that step's peak is the profile's (it holds every
-// stage's output), which may be above the budget; pass options.chain when
-// every step must stay within it. See docs/planned_execution.md.
+// first training step: that step's peak is then the profile's (one stage
+// measured at a time, its cold-write buffers within the budget), within the
+// budget on typical models but not guaranteed; pass options.chain when every
+// step must stay within it. See docs/planned_execution.md.
 //
 // Limits: parameters receive their gradients by accumulation inside the
 // backward, so torch::autograd::grad and backward(inputs=...) are refused;

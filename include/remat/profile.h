@@ -65,6 +65,12 @@ struct ProfileOptions {
   /// Budget::total, subtracts): 2 for Adam and AdamW (two moments), 1 for
   /// SGD with momentum, 0 for plain SGD. Default: 2.
   TORCH_ARG(double, optimizer_state_ratio) = 2;
+  /// The most bytes of buffers the measurement of cold writes allocates on
+  /// a CPU (cold_write_ms_per_mib(): buffers as large as the working set,
+  /// the input plus every stage's saved_bytes, up to this; the profile's
+  /// peak is at least that much). 0: not measured (the rate is then 0).
+  /// Default: 256 MiB.
+  TORCH_ARG(int64_t, cold_write_max_bytes) = int64_t{256} << 20;
 };
 
 /// The model state of a training step of `stages` (planner::ModelState):
@@ -88,12 +94,14 @@ planner::ModelState model_state_of(
 /// The chain's model_state() is model_state_of(the children,
 /// options.optimizer_state_ratio()). On a CPU its cold_write_ms_per_mib()
 /// is measured for a working set of the input plus every stage's
-/// saved_bytes (up to 256 MiB of buffers, allocated for a few milliseconds
-/// at the end); on other devices it is 0 (docs/planner.md, "Time").
+/// saved_bytes (up to options.cold_write_max_bytes() of buffers, allocated
+/// for a few milliseconds at the end); on other devices it is 0
+/// (docs/planner.md, "Time").
 ///
 /// REQUIRES: every child takes one Tensor and returns one Tensor.
 /// Throws c10::Error if `model` is empty or null, `sample` is undefined,
-/// warmup < 0 or repeats < 1, or as model_state_of().
+/// warmup < 0, repeats < 1 or cold_write_max_bytes < 0, or as
+/// model_state_of().
 ///
 /// Example:
 // clang-format off

@@ -31,23 +31,32 @@ std::string shape_string(c10::IntArrayRef shape) {
   return out.str();
 }
 
+/// Whether self-correction has options.chain for `input` (the chain of its
+/// shape) or must profile it.
+bool given_chain_fits(
+    const PlannedRun& run,
+    const PlannedChainOptions& options,
+    const torch::Tensor& input) {
+  return options.chain() &&
+         (options.input_shape().empty()
+              ? !run.correction.has_value()
+              : c10::IntArrayRef(options.input_shape()) == input.sizes());
+}
+
 /// The chain self-correction measures against for `input`: options.chain
-/// when it is the chain of this input's shape, else a profile of it.
+/// when it fits, else a profile of it made inside this training step, whose
+/// cold writes are measured later, within the budget (self_correct).
 planner::Chain correction_chain(
     const PlannedRun& run,
     const PlannedChainOptions& options,
     const torch::Tensor& input) {
-  const bool given_fits =
-      options.chain() &&
-      (options.input_shape().empty()
-           ? !run.correction.has_value()
-           : c10::IntArrayRef(options.input_shape()) == input.sizes());
   planner::Chain chain = [&] {
-    if (given_fits) {
+    if (given_chain_fits(run, options, input)) {
       return *options.chain();
     }
     ProfileOptions profile = options.profile();
     profile.selective_policy(options.selective_policy());
+    profile.cold_write_max_bytes(0);
     return profile_chain(*run.stages, input, profile);
   }();
   return options.selective_policy() ? chain : without_selective_costs(chain);
@@ -59,10 +68,18 @@ std::shared_ptr<StageTimes> self_correct(
     PlannedRun& run, PlannedChainOptions& options, const torch::Tensor& input) {
   std::vector<int64_t> shape = input.sizes().vec();
   if (!run.correction || run.correction->shape != shape) {
+    const bool profiled = !given_chain_fits(run, options, input);
     planner::Chain chain = correction_chain(run, options, input);
     const int64_t budget_bytes =
         options.budget() ? options.budget()->resolve_bytes(chain)
                          : planner::simulate(chain, run.plan).peak_bytes;
+    if (profiled) {
+      chain = detail::with_cold_writes_within(
+          std::move(chain),
+          budget_bytes,
+          options.profile().cold_write_max_bytes(),
+          input.device());
+    }
     std::vector<PlanCorrection> log;
     if (run.correction) {
       log = std::move(run.correction->log);

@@ -33,21 +33,28 @@ bool has_selective_op(const planner::Plan& plan) {
       });
 }
 
+/// Whether self-correction has options.graph for the input: the graph of
+/// its shape (with options.input_shape, the only shape accepted; without,
+/// the first training input's).
+bool given_graph_fits(const PlannedGraphOptions& options, bool first) {
+  return options.graph() && (!options.input_shape().empty() || first);
+}
+
 /// The graph self-correction measures against for `input`: options.graph
-/// when it is the graph of this input's shape (with options.input_shape,
-/// the only shape accepted; without, the first training input's), else a
-/// profile of it.
+/// when it fits, else a profile of it made inside this training step, whose
+/// cold writes are measured later, within the budget (self_correct).
 planner::Graph correction_graph(
     const std::vector<GraphStage>& stages,
     const PlannedGraphOptions& options,
     bool first,
     const torch::Tensor& input) {
   planner::Graph graph = [&] {
-    if (options.graph() && (!options.input_shape().empty() || first)) {
+    if (given_graph_fits(options, first)) {
       return *options.graph();
     }
     ProfileOptions profile = options.profile();
     profile.selective_policy(options.selective_policy());
+    profile.cold_write_max_bytes(0);
     return profile_graph(stages, input, profile);
   }();
   return options.selective_policy() ? graph
@@ -146,11 +153,19 @@ std::shared_ptr<detail::StageTimes> PlannedGraphImpl::self_correct(
     const torch::Tensor& input) {
   std::vector<int64_t> shape = input.sizes().vec();
   if (!correction_ || correction_->shape != shape) {
+    const bool profiled = !given_graph_fits(options_, !correction_);
     planner::Graph graph =
         correction_graph(*stages_, options_, !correction_, input);
     const int64_t budget_bytes =
         options_.budget() ? options_.budget()->resolve_bytes(graph)
                           : planner::simulate(graph, plan_).peak_bytes;
+    if (profiled) {
+      graph = detail::with_cold_writes_within(
+          std::move(graph),
+          budget_bytes,
+          options_.profile().cold_write_max_bytes(),
+          input.device());
+    }
     std::vector<GraphPlanCorrection> log;
     if (correction_) {
       log = std::move(correction_->log);

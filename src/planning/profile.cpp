@@ -58,35 +58,43 @@
 #include "remat/graph.h"
 #include "remat/measure/timer.h"
 #include "remat/memory_meter.h"
+#include "self_correct.h"
 
 namespace remat {
 namespace {
 
-/// Milliseconds per MiB that writing into memory not in cache costs beyond
-/// writing into memory that is, for the working set of a step that keeps
-/// the input and every stage's record (`input_bytes` + the `stages`'
-/// saved_bytes), on the CPU; 0 elsewhere (not measured).
-/// Buffers of up to 1 MiB, as many as cover the working set (at most
-/// 256 MiB of them): each filled once just after its allocation and kept
-/// (fresh memory, as the records of a step), against one buffer filled
-/// again and again (memory in cache). A first pass, not timed, lets the
-/// allocator map the pages, as the steps before a step have; the median
-/// per buffer over three timed passes. At least 0.
-double cold_write_ms_per_mib(
+/// cold_write_ms_per_mib on the working set of `stages` (the input plus
+/// every stage's saved_bytes), at most `max_bytes` of it.
+double cold_write_of_stages(
     int64_t input_bytes,
     const std::vector<planner::StageCost>& stages,
+    int64_t max_bytes,
     c10::Device device) {
   int64_t working_set_bytes = input_bytes;
   for (const planner::StageCost& stage : stages) {
     working_set_bytes += stage.saved_bytes;
   }
+  return detail::cold_write_ms_per_mib(
+      std::min(working_set_bytes, max_bytes), device);
+}
+
+}  // namespace
+
+namespace detail {
+
+// Buffers of up to 1 MiB, as many as cover the working set: each filled once
+// just after its allocation and kept (fresh memory, as the records of a
+// step), against one buffer filled again and again (memory in cache). A
+// first pass, not timed, lets the allocator map the pages, as the steps
+// before a step have; the median per buffer over three timed passes. At
+// least 0.
+double cold_write_ms_per_mib(int64_t working_set_bytes, c10::Device device) {
   if (!device.is_cpu() || working_set_bytes <= 0) {
     return 0;
   }
   constexpr int64_t kMiB = int64_t{1} << 20;
   const int64_t buffer_bytes = std::min(kMiB, working_set_bytes);
-  const int64_t buffers =
-      std::min(working_set_bytes, 256 * kMiB) / buffer_bytes;
+  const int64_t buffers = working_set_bytes / buffer_bytes;
   const auto options = torch::TensorOptions().dtype(torch::kFloat32);
   const int64_t elements = buffer_bytes / 4;
   if (elements == 0) {
@@ -118,6 +126,10 @@ double cold_write_ms_per_mib(
   return std::max(
       0.0, (planner::median(cold_ms) - planner::median(warm_ms)) / mib);
 }
+
+}  // namespace detail
+
+namespace {
 
 /// The bytes of `module`'s buffers (0 for none).
 int64_t buffer_bytes(const std::shared_ptr<torch::nn::Module>& module) {
@@ -203,6 +215,11 @@ void check_profile_arguments(
       who,
       ": expected repeats >= 1, got ",
       options.repeats());
+  TORCH_CHECK(
+      options.cold_write_max_bytes() >= 0,
+      who,
+      ": expected cold_write_max_bytes >= 0, got ",
+      options.cold_write_max_bytes());
 }
 
 /// Measures the costs of one stage, of a chain or a graph (see the top of
@@ -330,8 +347,8 @@ planner::Chain profile_chain(
     }
     input_value_bytes = stages.back().output_bytes;
   }
-  const double cold_write =
-      cold_write_ms_per_mib(input_bytes, stages, sample.device());
+  const double cold_write = cold_write_of_stages(
+      input_bytes, stages, options.cold_write_max_bytes(), sample.device());
   return planner::Chain(
              std::move(stages),
              input_bytes,
@@ -400,8 +417,11 @@ planner::Graph profile_graph(
   for (int64_t i = 0; i < structure.size(); ++i) {
     inputs.push_back(structure.inputs(i));
   }
-  const double cold_write = cold_write_ms_per_mib(
-      static_cast<int64_t>(sample.nbytes()), costs, sample.device());
+  const double cold_write = cold_write_of_stages(
+      static_cast<int64_t>(sample.nbytes()),
+      costs,
+      options.cold_write_max_bytes(),
+      sample.device());
   return planner::Graph(
              std::move(costs),
              std::move(inputs),

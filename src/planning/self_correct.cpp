@@ -3,6 +3,7 @@
 // and remat/graph.h, "Self-correction").
 #include "self_correct.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -203,8 +204,24 @@ bool correct_before_step(
   return switched;
 }
 
+template <class Costs>
+Costs with_cold_writes_within(
+    Costs costs, int64_t budget_bytes, int64_t max_bytes, c10::Device device) {
+  int64_t working_set_bytes = costs.input_bytes();
+  for (int64_t i = 0; i < costs.size(); ++i) {
+    working_set_bytes += costs.stage(i).saved_bytes;
+  }
+  // The measurement holds its buffers and one more of at most their size.
+  const int64_t within = std::min(
+      {working_set_bytes, (budget_bytes - costs.input_bytes()) / 2, max_bytes});
+  return costs.with_cold_write_ms_per_mib(
+      cold_write_ms_per_mib(within, device));
+}
+
 #define REMAT_SELF_CORRECT_FOR(Costs)                          \
   template Costs without_selective_costs<Costs>(const Costs&); \
+  template Costs with_cold_writes_within<Costs>(               \
+      Costs, int64_t, int64_t, c10::Device);                   \
   template Correction<Costs> start_correction<Costs>(          \
       std::vector<int64_t>,                                    \
       Costs,                                                   \

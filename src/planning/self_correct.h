@@ -26,6 +26,23 @@
 
 namespace remat::detail {
 
+/// Milliseconds per MiB that writing into memory not in cache costs beyond
+/// writing into memory that is, measured on `working_set_bytes` of buffers
+/// (all allocated at once) on a CPU; 0 on other devices or for no bytes
+/// (profile.cpp; the cost model's cold_write_ms_per_mib).
+double cold_write_ms_per_mib(int64_t working_set_bytes, c10::Device device);
+
+/// `costs` (a Chain or a Graph, profiled with
+/// ProfileOptions::cold_write_max_bytes(0) inside a training step, for want
+/// of a given cost model) with its cold-write rate measured on its working
+/// set (input plus every stage's saved_bytes) but at most half of
+/// `budget_bytes` minus the input (which the step holds anyway; the
+/// measurement allocates its buffers and one more) and at most `max_bytes`:
+/// the measurement's buffers then stay within the budget the step keeps.
+template <typename Costs>
+Costs with_cold_writes_within(
+    Costs costs, int64_t budget_bytes, int64_t max_bytes, c10::Device device);
+
 /// Wall times of a planned module's ops over a window of training steps.
 /// Filled by the executor (which may run the backward on another thread).
 class StageTimes {
