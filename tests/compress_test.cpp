@@ -214,18 +214,19 @@ TEST(CompressActivations, MinBytesKeepsSmallTensorsExact) {
 // A tensor kept as it is (below min_bytes) that is the output of the node
 // saving it must not keep that node alive.
 TEST(CompressActivations, AGraphWhoseBackwardNeverRunsIsFreed) {
-  std::weak_ptr<torch::autograd::Node> node;
+  // The output's storage: held by the node if the node holds itself.
+  std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> output;
   {
     const torch::Tensor a = torch::randn({8, 8}).requires_grad_(true);
     torch::Tensor loss;
     {
       CompressActivations compress(CompressOptions().min_bytes(1 << 20));
       const torch::Tensor y = (a * 2).exp();
-      node = y.grad_fn();
+      output.emplace(y.storage().getWeakStorageImpl());
       loss = y.sum();
     }
   }
-  EXPECT_TRUE(node.expired());
+  EXPECT_TRUE(output && output->expired());
 }
 
 }  // namespace

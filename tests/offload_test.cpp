@@ -520,7 +520,8 @@ TEST(SaveToFile, ConjugateViewsComeBackAsTheirValues) {
 // (and SaveToFile's file and thread with it).
 TEST(Offload, AGraphWhoseBackwardNeverRunsIsFreed) {
   for (int store = 0; store < 3; ++store) {
-    std::weak_ptr<torch::autograd::Node> node;
+    // The output's storage: held by the node if the node holds itself.
+    std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> output;
     {
       const torch::Tensor a = torch::randn({8, 8}).requires_grad_(true);
       torch::Tensor loss;
@@ -535,11 +536,11 @@ TEST(Offload, AGraphWhoseBackwardNeverRunsIsFreed) {
           on_cpu.emplace();  // CPU tensors: kept
         }
         const torch::Tensor y = (a * 2).exp();
-        node = y.grad_fn();
+        output.emplace(y.storage().getWeakStorageImpl());
         loss = y.sum();
       }
     }
-    EXPECT_TRUE(node.expired()) << "store " << store;
+    EXPECT_TRUE(output && output->expired()) << "store " << store;
   }
 }
 
