@@ -368,6 +368,90 @@ TEST(PlannedSequential, AModuleSharedByStagesGetsThePlainGradient) {
   }
 }
 
+// The caller switches train()/eval() between forward and backward (a
+// validation loss logged before backward): the recomputation still runs as
+// the forward ran, and the gradients are the plain run's; the caller's flags
+// hold after backward.
+TEST(PlannedSequential, RecomputesInTheModeOfTheForward) {
+  const torch::Tensor x = torch::randn({8, 16});
+  for (const bool forward_training : {true, false}) {
+    torch::manual_seed(0);
+    torch::nn::Sequential model(
+        torch::nn::Linear(16, 16),
+        torch::nn::BatchNorm1d(16),
+        torch::nn::Dropout(0.5),
+        torch::nn::Tanh(),
+        torch::nn::Linear(16, 1));
+    torch::nn::Sequential copy =
+        std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
+    const auto grads_after = [&](torch::nn::Module& holder,
+                                 const std::function<torch::Tensor()>& run) {
+      holder.train(forward_training);
+      torch::manual_seed(1);
+      const torch::Tensor out = run();
+      holder.train(!forward_training);
+      out.pow(2).sum().backward();
+      std::vector<torch::Tensor> grads;
+      for (const torch::Tensor& p : holder.parameters()) {
+        grads.push_back(p.grad().clone());
+      }
+      return grads;
+    };
+    const auto plain = grads_after(*model, [&] { return model->forward(x); });
+    remat::PlannedSequential net(
+        copy,
+        remat::planner::plan_from_string(
+            "C0 N1 R2 R3 R4 B4 B3 B2 R0 R1 B1 B0"));
+    const auto planned = grads_after(*net, [&] { return net->forward(x); });
+    remat::testing::expect_all_bitwise_equal(
+        plain,
+        planned,
+        forward_training ? "train, then eval" : "eval, then train");
+    EXPECT_EQ(copy[1]->is_training(), !forward_training);
+  }
+}
+
+// A parameter changed in place between forward and backward: plain autograd
+// uses what it saved; a recomputation would read the new value, so it is
+// refused, naming the stage.
+TEST(
+    PlannedSequential, RefusesToRecomputeWithParametersChangedSinceTheForward) {
+  torch::nn::Sequential model(
+      torch::nn::Linear(8, 8), torch::nn::Tanh(), torch::nn::Linear(8, 1));
+  remat::PlannedSequential net(
+      model, remat::planner::plan_from_string("C0 N1 R2 B2 R0 R1 B1 B0"));
+  const torch::Tensor loss = net->forward(torch::randn({4, 8})).sum();
+  {
+    torch::NoGradGuard no_grad;
+    model[0]->as<torch::nn::Linear>()->weight.mul_(0.5);
+  }
+  try {
+    loss.backward();
+    ADD_FAILURE() << "expected an error";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(
+        std::string(error.what())
+            .find("a parameter of stage 0's module was "
+                  "modified in place"),
+        std::string::npos)
+        << error.what();
+  }
+}
+
+// Children added after construction: forward refuses to skip them, and
+// reset() checks the plan against them (a plan of two stages fits three no
+// longer), leaving the module as it was.
+TEST(PlannedSequential, ChildrenAddedLaterNeedAReset) {
+  torch::nn::Sequential model(torch::nn::Linear(8, 8), torch::nn::Tanh());
+  remat::PlannedSequential net(
+      model, remat::planner::plan_from_string("R0 R1 B1 B0"));
+  model->push_back(torch::nn::Linear(8, 2));
+  const torch::Tensor x = torch::randn({4, 8});
+  EXPECT_THROW(net->forward(x), c10::Error);
+  EXPECT_THROW(net->reset(), c10::Error);     // the plan has two stages
+  EXPECT_THROW(net->forward(x), c10::Error);  // still as it was
+}
+
 TEST(PlannedSequential, EvaluationUnderNoGradRunsThePlainForward) {
   Case c = mlp_case();
   c.model->eval();

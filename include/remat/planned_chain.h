@@ -45,7 +45,11 @@
 // Limits: parameters receive their gradients by accumulation inside the
 // backward, so torch::autograd::grad and backward(inputs=...) are refused;
 // backward may run once per forward (no retain_graph re-use) and builds no
-// graph of the gradients (backward(create_graph=true) is refused).
+// graph of the gradients (backward(create_graph=true) is refused). A stage
+// recomputed in the backward runs in the train()/eval() mode of its forward
+// (the caller's mode is back after it), and it is refused if a parameter of
+// its module was modified in place since that forward (update parameters
+// after backward).
 #pragma once
 
 #include <cstdint>

@@ -70,11 +70,14 @@ class PlannedSequentialImpl
 
   /// Runs the plan (training) or the plain Sequential (no grad needed).
   /// Throws c10::Error on an input shape other than options.input_shape
-  /// under ShapePolicy::kError.
+  /// under ShapePolicy::kError, or if the Sequential's size changed since
+  /// construction or reset().
   torch::Tensor forward(const torch::Tensor& input);
 
-  /// Re-validates the plan against the Sequential (parameters are those of
-  /// the wrapped Sequential; there is nothing to re-initialise).
+  /// Binds the plan to the Sequential's children again (after a push_back)
+  /// and re-validates it against them; throws c10::Error, leaving the module
+  /// as it was, if it does not fit (parameters are those of the wrapped
+  /// Sequential; there is nothing to re-initialise).
   void reset() override;
   /// Deep copy: the clone wraps sequential->clone(device) with the same plan.
   std::shared_ptr<torch::nn::Module> clone(

@@ -33,7 +33,16 @@ PlannedSequentialImpl::PlannedSequentialImpl(
 }
 
 void PlannedSequentialImpl::reset() {
-  detail::check_planned_run(kSequential, *run_, options);
+  // The Sequential may have changed since (push_back): bind its children
+  // again, so that the check is against them and forward() runs them. A
+  // plan that does not fit them throws and leaves the module as it was.
+  detail::PlannedRun bound;
+  bound.stages =
+      std::make_shared<const std::vector<Stage>>(stages_of(sequential));
+  bound.plan = run_->plan;
+  detail::check_planned_run(kSequential, bound, options);
+  run_->stages = std::move(bound.stages);
+  run_->program.reset();
 }
 
 std::shared_ptr<torch::nn::Module> PlannedSequentialImpl::clone(
@@ -55,6 +64,15 @@ void PlannedSequentialImpl::pretty_print(std::ostream& stream) const {
 }
 
 torch::Tensor PlannedSequentialImpl::forward(const torch::Tensor& input) {
+  TORCH_CHECK(
+      sequential->size() == run_->stages->size(),
+      kSequential,
+      ": the Sequential has ",
+      sequential->size(),
+      " children, but the plan was bound to its ",
+      run_->stages->size(),
+      " children at construction; call reset() after changing it (which "
+      "checks the plan against the new children)");
   return detail::planned_forward(kSequential, *run_, options, *this, input);
 }
 
