@@ -438,6 +438,26 @@ TEST(
   }
 }
 
+// A last stage that detaches its output: backward is the error plain
+// autograd gives, not a silent step without gradients.
+TEST(PlannedSequential, AnOutputWithoutAGraphTrainsNothingAsInPlainAutograd) {
+  struct DetachImpl : torch::nn::Module {
+    torch::Tensor forward(const torch::Tensor& x) {
+      return x.detach() * 2;
+    }
+  };
+  TORCH_MODULE(Detach);
+  torch::nn::Sequential model(
+      torch::nn::Linear(8, 8), torch::nn::Tanh(), Detach());
+  const torch::Tensor x = torch::randn({4, 8});
+  EXPECT_THROW(model->forward(x).sum().backward(), c10::Error);
+  remat::PlannedSequential net(
+      model, remat::planner::plan_from_string("C0 N1 R2 B2 R0 R1 B1 B0"));
+  const torch::Tensor out = net->forward(x);
+  EXPECT_FALSE(out.requires_grad());
+  EXPECT_THROW(out.sum().backward(), c10::Error);
+}
+
 // Children added after construction: forward refuses to skip them, and
 // reset() checks the plan against them (a plan of two stages fits three no
 // longer), leaving the module as it was.

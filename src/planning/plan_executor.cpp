@@ -885,6 +885,12 @@ torch::Tensor run_program(
       who,
       ": expected a floating-point output to train through, got ",
       inner_output.scalar_type());
+  if (!inner_output.requires_grad()) {
+    // As in plain autograd, an output with no graph (the last stage detached
+    // it, or nothing it depends on requires grad) trains nothing: a backward
+    // through it is an error, not a silent no-op.
+    return inner_output;
+  }
   // A fresh tensor sharing the output's storage, so that the stage graph of
   // the inner output stays intact for the backward of the last stage.
   torch::Tensor output = inner_output.variable_data();
