@@ -230,21 +230,9 @@ LaunchResult launch_local(const LocalLaunchOptions& options) {
       ::close(exec_status[0]);
     }
     if (pid > 0 && exec_errno != 0) {
-      ::waitpid(pid, nullptr, 0);
-      signal_all(running, SIGKILL);
-      for (const pid_t started : running) {
-        ::waitpid(started, nullptr, 0);
-      }
-      TORCH_CHECK(
-          false,
-          "remat::distributed::launch_local: cannot start rank ",
-          rank,
-          ": cannot execute '",
-          options.executable(),
-          "': ",
-          std::strerror(exec_errno));
+      ::waitpid(pid, nullptr, 0);  // the child that could not exec
     }
-    if (pid < 0) {
+    if (pid < 0 || exec_errno != 0) {
       signal_all(running, SIGKILL);
       for (const pid_t started : running) {
         ::waitpid(started, nullptr, 0);
@@ -254,7 +242,9 @@ LaunchResult launch_local(const LocalLaunchOptions& options) {
           "remat::distributed::launch_local: cannot start rank ",
           rank,
           ": ",
-          std::strerror(fork_errno));
+          pid < 0 ? std::string(std::strerror(fork_errno))
+                  : "cannot execute '" + options.executable() +
+                        "': " + std::strerror(exec_errno));
     }
     running.push_back(pid);
   }
