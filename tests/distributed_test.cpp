@@ -915,17 +915,34 @@ TEST(LaunchLocal, RefusesAProgramItCannotExecuteAndABadPort) {
   EXPECT_NE(port.find("got 70000"), std::string::npos) << port;
 }
 
+// The worker side of WorkersSeeTheirOwnLauncherOnly, which runs this test
+// binary as its worker (a no-op otherwise): exits 0 if the raw environment
+// holds one REMAT_LAUNCHER_PID and it names the parent. (A shell would not
+// do: it keeps one of two entries of a name.)
+TEST(LaunchLocal, WorkerSideOfTheLauncherCheck) {
+  if (std::getenv("REMAT_TEST_LAUNCHER_CHECK") == nullptr) {
+    return;
+  }
+  const std::string name = "REMAT_LAUNCHER_PID=";
+  int entries = 0;
+  std::string value;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    if (std::string(*entry).rfind(name, 0) == 0) {
+      ++entries;
+      value = *entry + name.size();
+    }
+  }
+  std::_Exit(entries == 1 && value == std::to_string(::getppid()) ? 0 : 3);
+}
+
 // A launcher run inside a worker (its environment names an outer launcher)
 // gives its workers its own pid, once.
 TEST(LaunchLocal, WorkersSeeTheirOwnLauncherOnly) {
   ScopedEnv stale("REMAT_LAUNCHER_PID", "1");
-  const std::string expected = std::to_string(::getpid());
-  const dist::LaunchResult result = dist::launch_local(
-      dist::LocalLaunchOptions().executable("/bin/sh").arguments(
-          {"sh",
-           "-c",
-           "test \"$(env | grep -c '^REMAT_LAUNCHER_PID=')\" = 1 && test "
-           "\"$REMAT_LAUNCHER_PID\" = " +
-               expected}));
+  ScopedEnv check("REMAT_TEST_LAUNCHER_CHECK", "1");
+  const dist::LaunchResult result =
+      dist::launch_local(dist::LocalLaunchOptions().arguments(
+          {"distributed_test",
+           "--gtest_filter=LaunchLocal.WorkerSideOfTheLauncherCheck"}));
   EXPECT_EQ(result.exit_code, 0) << result.message;
 }
