@@ -1106,6 +1106,14 @@ TEST(RematBinary, BadInputExitsOneWithAClearMessage) {
       {"train --strategy nope " + kTinyMlp, "nope"},
       {"plan /no/such/chain.json", "No such file"},
       {"bench --budgets 50%,10XB " + kTinyMlp, "10XB"},
+      {"bench --budgets 50%,50.0% --out /tmp " + kTinyMlp,
+       "--budgets: '50% of the store-all peak' is given twice"},
+      {"bench --strategies chen,optimal,chen --out /tmp " + kTinyMlp,
+       "--strategies: 'chen' is given twice"},
+      {"train --strategy uniform:100 " + kTinyMlp,
+       "uniform:100 asks for more segments than the model has stages"},
+      {"bench --strategies uniform:100 --out /tmp " + kTinyMlp,
+       "uniform:100 asks for more segments"},
   };
   for (const Case& test : cases) {
     const ProcessResult result = run_remat(test.arguments);

@@ -178,6 +178,16 @@ std::string join(const std::vector<std::string>& values) {
   return text;
 }
 
+// Refuses a value given twice in `flag`'s list (each row would be measured
+// and reported twice).
+void refuse_repeats(const std::string& flag, std::vector<std::string> values) {
+  std::sort(values.begin(), values.end());
+  const auto repeat = std::adjacent_find(values.begin(), values.end());
+  if (repeat != values.end()) {
+    throw UsageError(flag + ": '" + *repeat + "' is given twice");
+  }
+}
+
 std::string command_line(
     const BenchOptions& options, const std::vector<std::string>& strategies) {
   std::ostringstream text;
@@ -525,6 +535,12 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
       strategy = planner::Strategy::parse(strategy).to_string();
     }
   }
+  refuse_repeats("--strategies", strategies);
+  std::vector<std::string> budgets;
+  for (const std::string& text : options.budgets) {
+    budgets.push_back(Budget::parse(text).to_string());
+  }
+  refuse_repeats("--budgets", budgets);
   const Batch batch = workload.next_batch();
   const BenchModel model = bench_model(options, workload, batch, strategies);
   const int64_t store_all_peak = std::visit(

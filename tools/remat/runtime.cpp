@@ -58,6 +58,16 @@ void check_trainable(
     Mode mode,
     int64_t stages,
     const torch::Tensor& sample) {
+  if (strategy.kind == planner::Strategy::Kind::kUniform &&
+      strategy.segments > stages) {
+    throw UsageError(
+        strategy.to_string() +
+        " asks for more segments than the model has "
+        "stages (" +
+        std::to_string(stages) +
+        ", its loss included): use uniform:K with K <= " +
+        std::to_string(stages));
+  }
   if (!reentrant_needs_input_grad(strategy, mode, stages) ||
       sample.requires_grad() || sample.is_floating_point() ||
       sample.is_complex()) {

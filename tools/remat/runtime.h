@@ -73,12 +73,15 @@ Mode parse_mode(const std::string& text);
 /// A reentrant checkpoint passes gradients only through inputs that require
 /// grad, so the parameters of every checkpointed segment would get none.
 /// (A floating-point input is made to require grad by the Executor instead.)
-/// Throws UnsupportedStrategyError naming the flags, the input and the fix.
+/// Throws UnsupportedStrategyError naming the flags, the input and the fix;
+/// UsageError for uniform:K with K > stages (the library would run
+/// uniform:stages under the name the user gave).
 ///
 /// Example:
-///   check_trainable(planner::Strategy::parse("uniform:2"), Mode::kReentrant,
-///   6,
+// clang-format off
+///   check_trainable(planner::Strategy::parse("uniform:2"), Mode::kReentrant, 6,
 ///                   batch.inputs);  // throws for a GPT's token ids
+// clang-format on
 void check_trainable(
     const planner::Strategy& strategy,
     Mode mode,
