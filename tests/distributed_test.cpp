@@ -537,27 +537,139 @@ TEST(ShardedStages, RefusesTiedWeightsAndBadStagesLeavingThemIntact) {
   expect_no_errors(errors);
 }
 
-// A frozen parameter would be stepped as part of its shard (weight decay,
-// momentum), and a module sharded twice holds no memory to copy: both
-// refused, nothing changed.
-TEST(ShardedStages, RefusesFrozenParametersAndModulesShardedAlready) {
+// A module sharded twice holds no memory to copy: refused, nothing changed.
+TEST(ShardedStages, RefusesModulesShardedAlready) {
   const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
-    torch::nn::Linear frozen(4, 4);
-    frozen->bias.set_requires_grad(false);
-    const std::string refused = thrown_by([&] {
-      dist::ShardedStages sharded(
-          remat::stages_of(torch::nn::Sequential(frozen)), group);
-    });
-    EXPECT_NE(refused.find("does not require grad"), std::string::npos)
-        << refused;
-    EXPECT_NE(refused.find("stage 0"), std::string::npos) << refused;
-    EXPECT_EQ(frozen->weight.storage().nbytes(), 16 * sizeof(float));
-
     torch::nn::Sequential model(torch::nn::Linear(4, 4));
     dist::ShardedStages first(remat::stages_of(model), group);
     const std::string twice = thrown_by(
         [&] { dist::ShardedStages second(remat::stages_of(model), group); });
     EXPECT_NE(twice.find("sharded already"), std::string::npos) << twice;
+  });
+  expect_no_errors(errors);
+}
+
+// Fine-tuning: the first layer and the second one's bias frozen.
+void freeze_some(torch::nn::Sequential& model) {
+  for (torch::Tensor& p : model->ptr(0)->parameters()) {
+    p.set_requires_grad(false);
+  }
+  model->ptr<torch::nn::LinearImpl>(2)->bias.set_requires_grad(false);
+}
+
+constexpr int64_t kFrozenBytes = (8 * 16 + 16 + 16) * sizeof(float);
+
+// Frozen parameters stay whole on every rank and are never stepped (AdamW's
+// weight decay would move them if they were in a shard); the others train as
+// in the whole-batch run (bitwise on one rank).
+TEST(ShardedStages, FrozenParametersStayWholeAndAreNeverStepped) {
+  const torch::nn::Sequential initial = make_model();
+  const Batches batches = make_batches(kSteps, kBatch);
+  const auto adamw = [](std::vector<torch::Tensor> parameters) {
+    return torch::optim::AdamW(
+        std::move(parameters),
+        torch::optim::AdamWOptions(0.01).weight_decay(0.1));
+  };
+  torch::nn::Sequential whole = copy_of(initial);
+  freeze_some(whole);
+  {
+    torch::optim::AdamW optimizer = adamw(whole->parameters());
+    for (int64_t step = 0; step < kSteps; ++step) {
+      optimizer.zero_grad();
+      torch::mse_loss(
+          whole->forward(batches.inputs[step]), batches.targets[step])
+          .backward();
+      optimizer.step();
+    }
+  }
+  const std::vector<torch::Tensor> initial_values = values_of(initial);
+  const std::vector<torch::Tensor> reference = values_of(whole);
+  const std::vector<size_t> frozen = {0, 1, 3};  // parameters() indices
+  for (size_t i : frozen) {
+    ASSERT_TRUE(torch::equal(reference[i], initial_values[i]));
+  }
+  for (const int64_t ranks : {1, 2}) {
+    std::vector<torch::nn::Sequential> models;
+    for (int64_t rank = 0; rank < ranks; ++rank) {
+      models.push_back(copy_of(initial));
+      freeze_some(models.back());
+    }
+    std::vector<std::vector<torch::Tensor>> trained(ranks);
+    const auto errors = run_ranks(ranks, [&](dist::ProcessGroup& group) {
+      const int64_t rank = group.rank();
+      const std::vector<remat::Stage> stages = remat::stages_of(models[rank]);
+      dist::ShardedStages sharded(stages, group);
+      // The second layer's weight and the third layer are the units.
+      const std::vector<torch::Tensor> shards = sharded.shards();
+      ASSERT_EQ(shards.size(), 2u);
+      int64_t shard_bytes = 0;
+      for (const torch::Tensor& shard : shards) {
+        shard_bytes += shard.nbytes();
+      }
+      EXPECT_EQ(shard_bytes, (256 + 68) / ranks * sizeof(float));
+      EXPECT_EQ(sharded.resident_bytes(), kFrozenBytes + 2 * shard_bytes);
+      EXPECT_EQ(
+          sharded.gathered_bytes(),
+          std::vector<int64_t>({0, 0, 256 * 4, 0, 68 * 4}));
+      const remat::planner::Chain chain(
+          std::vector<remat::planner::StageCost>(5), 4);
+      EXPECT_EQ(
+          dist::sharded_chain(chain, stages, ranks).resident_bytes(),
+          sharded.resident_bytes());
+      Runner runner(sharded.sequential(), Training::kPlanned);
+      torch::optim::AdamW optimizer = adamw(shards);
+      train_on_slices(
+          runner, optimizer, batches, group, [&] { sharded.finish(); });
+      sharded.with_full_parameters(
+          [&] { trained[rank] = values_of(models[rank]); });
+    });
+    expect_no_errors(errors);
+    for (int64_t rank = 0; rank < ranks; ++rank) {
+      ASSERT_EQ(trained[rank].size(), reference.size());
+      for (size_t i : frozen) {
+        EXPECT_TRUE(torch::equal(trained[rank][i], initial_values[i]))
+            << ranks << " ranks: frozen parameter " << i << " changed";
+      }
+      if (ranks == 1) {
+        for (size_t i = 0; i < reference.size(); ++i) {
+          EXPECT_TRUE(torch::equal(trained[rank][i], reference[i]))
+              << "one rank: parameter " << i;
+        }
+      } else {
+        EXPECT_LE(max_relative_difference(reference, trained[rank]), 1e-6)
+            << "rank " << rank;
+      }
+    }
+  }
+}
+
+// Which parameters are frozen is fixed at construction: a step after one was
+// unfrozen (its gradient would never be applied) or frozen (its shard would
+// still be stepped) is refused by finish(), naming the parameter.
+TEST(ShardedStages, RefusesAParameterFrozenOrUnfrozenAfterConstruction) {
+  const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
+    for (const bool unfreeze : {true, false}) {
+      torch::nn::Sequential model = copy_of(make_model());
+      freeze_some(model);
+      dist::ShardedStages sharded(remat::stages_of(model), group);
+      torch::Tensor& bias = model->ptr<torch::nn::LinearImpl>(2)->bias;
+      torch::Tensor& last = model->ptr<torch::nn::LinearImpl>(4)->bias;
+      if (unfreeze) {
+        bias.set_requires_grad(true);
+      } else {
+        last.set_requires_grad(false);
+      }
+      sharded.sequential()->forward(torch::ones({2, 8})).sum().backward();
+      const std::string refused = thrown_by([&] { sharded.finish(); });
+      EXPECT_NE(
+          refused.find(
+              unfreeze ? "frozen parameter of shape [16] (stage 2) requires "
+                         "grad now"
+                       : "sharded parameter of shape [4] (stage 4) no longer "
+                         "requires grad"),
+          std::string::npos)
+          << refused;
+    }
   });
   expect_no_errors(errors);
 }

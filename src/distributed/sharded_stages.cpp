@@ -2,8 +2,9 @@
 // stages (remat/distributed.h, ShardedStages).
 //
 // NOTE: [Sharded units]
-// A unit is one distinct stage module with parameters. Its parameters are
-// laid out, in the module's parameters() order, in one flat buffer of
+// A unit is one distinct stage module with parameters that require grad.
+// Those parameters (the others: NOTE: [Frozen parameters]) are laid out, in
+// the module's parameters() order, in one flat buffer of
 // `padded` elements (the total rounded up to a multiple of the world size);
 // rank r owns the slice [r * S, (r + 1) * S), S = padded / world_size, as
 // its shard (a leaf the optimizer updates). The flat buffer is one storage;
@@ -18,6 +19,17 @@
 // views the parameters (a transposed weight, say) sees the values again as
 // soon as the unit is gathered for the backward, without the forward having
 // kept the memory alive.
+//
+// NOTE: [Frozen parameters]
+// Parameters that do not require grad when ShardedStages is constructed are
+// not part of any unit: each rank keeps them whole in their modules, as
+// plain data parallelism does, and counts them in resident_bytes(). They get
+// no gradient and are not in shards(), so the optimizer never steps them
+// (weight decay and momentum included), as with the unsharded model. A
+// module whose parameters are all frozen is no unit. The set is fixed at
+// construction: finish() refuses a step after a parameter was frozen (its
+// shard would still be stepped) or unfrozen (its gradient would stay in
+// the module, never reduced nor applied).
 //
 // NOTE: [Stage boundaries in backward]
 // A wrapped stage's forward, with grad mode on, puts two identity nodes
@@ -79,8 +91,12 @@ struct ShardedStages::State {
 
   ProcessGroup group;
   std::vector<Unit> units;
-  std::vector<int64_t> unit_of_stage;  // -1: no parameters
+  std::vector<int64_t> unit_of_stage;  // -1: no unit
   std::vector<Stage> stages;           // wrapped
+  /// The frozen parameters, whole in their modules (NOTE: [Frozen
+  /// parameters]), with the first stage whose module has each.
+  std::vector<std::pair<torch::Tensor, int64_t>> frozen;
+  int64_t frozen_bytes = 0;
   ShardedStages::Counts counts;
   ShardedStages::Counts last_counts;
 
@@ -150,6 +166,42 @@ struct ShardedStages::State {
     }
   }
 
+  /// Throws c10::Error, naming the parameter and its stage, if a parameter
+  /// was frozen or unfrozen since construction (NOTE: [Frozen parameters]).
+  void check_frozen_unchanged() const {
+    for (size_t u = 0; u < units.size(); ++u) {
+      for (size_t k = 0; k < units[u].parameters.size(); ++k) {
+        const torch::Tensor& p = units[u].parameters[k];
+        TORCH_CHECK(
+            p.requires_grad(),
+            "remat::distributed::ShardedStages: a sharded parameter of shape ",
+            p.sizes(),
+            " (stage ",
+            first_stage_of(static_cast<int64_t>(u)),
+            ") no longer requires grad; which parameters are frozen is "
+            "fixed when ShardedStages is constructed (its shard would still "
+            "be stepped)");
+      }
+    }
+    for (const auto& [p, stage] : frozen) {
+      TORCH_CHECK(
+          !p.requires_grad(),
+          "remat::distributed::ShardedStages: a frozen parameter of shape ",
+          p.sizes(),
+          " (stage ",
+          stage,
+          ") requires grad now; which parameters are frozen is fixed when "
+          "ShardedStages is constructed (it is not sharded, and the "
+          "optimizer of the shards would never update it)");
+    }
+  }
+
+  int64_t first_stage_of(int64_t unit) const {
+    const auto found =
+        std::find(unit_of_stage.begin(), unit_of_stage.end(), unit);
+    return found - unit_of_stage.begin();
+  }
+
   torch::Tensor gradient_view(const Unit& unit, int64_t k) const {
     const torch::Tensor& parameter = unit.parameters[k];
     return unit.gradient.narrow(0, unit.offsets[k], parameter.numel())
@@ -214,6 +266,7 @@ namespace {
 using detail::find_units;
 using detail::padded_elements;
 using detail::resident_bytes_of_unit;
+using detail::sharded_parameters;
 using detail::Units;
 using detail::with_unit_bytes;
 using State = ShardedStages::State;
@@ -314,7 +367,7 @@ ShardedStages::ShardedStages(std::vector<Stage> stages, ProcessGroup group)
   // Check everything before changing anything.
   const Units found = find_units(stages);
   for (size_t unit = 0; unit < found.modules.size(); ++unit) {
-    for (const torch::Tensor& p : found.modules[unit]->parameters()) {
+    for (const torch::Tensor& p : sharded_parameters(*found.modules[unit])) {
       // Sharded already (by another ShardedStages over the same modules):
       // the parameter holds no memory, and copying it would crash.
       TORCH_CHECK(
@@ -332,7 +385,8 @@ ShardedStages::ShardedStages(std::vector<Stage> stages, ProcessGroup group)
     for (const int64_t unit : found.unit_of_stage) {
       layout << " stage[unit " << unit;
       if (unit >= 0) {
-        for (const torch::Tensor& p : found.modules[unit]->parameters()) {
+        for (const torch::Tensor& p :
+             sharded_parameters(*found.modules[unit])) {
           layout << ' ' << p.scalar_type() << p.sizes();
         }
       }
@@ -344,10 +398,12 @@ ShardedStages::ShardedStages(std::vector<Stage> stages, ProcessGroup group)
         layout.str());
   }
   state.unit_of_stage = found.unit_of_stage;
+  state.frozen = found.frozen;
+  state.frozen_bytes = found.frozen_bytes;
   for (const auto& module : found.modules) {
     State::Unit unit;
     unit.module = module;
-    unit.parameters = module->parameters();
+    unit.parameters = sharded_parameters(*module);
     state.units.push_back(std::move(unit));
   }
 
@@ -455,7 +511,7 @@ std::vector<int64_t> ShardedStages::gathered_bytes() const {
 }
 
 int64_t ShardedStages::resident_bytes() const {
-  int64_t bytes = 0;
+  int64_t bytes = state_->frozen_bytes;
   for (const State::Unit& unit : state_->units) {
     bytes +=
         resident_bytes_of_unit(state_->bytes(unit), state_->group.world_size());
@@ -466,6 +522,8 @@ int64_t ShardedStages::resident_bytes() const {
 planner::Chain ShardedStages::sharded_chain(const planner::Chain& chain) const {
   Units units;
   units.unit_of_stage = state_->unit_of_stage;
+  units.frozen = state_->frozen;
+  units.frozen_bytes = state_->frozen_bytes;
   for (const State::Unit& unit : state_->units) {
     units.modules.push_back(unit.module);
   }
@@ -478,6 +536,7 @@ planner::Chain ShardedStages::sharded_chain(const planner::Chain& chain) const {
 
 void ShardedStages::finish() {
   State& state = *state_;
+  state.check_frozen_unchanged();
   for (State::Unit& unit : state.units) {
     state.end_backward(unit);
     state.release(unit);

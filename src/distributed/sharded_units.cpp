@@ -26,30 +26,46 @@ void check_unit_parameters(
             p.scalar_type() == parameters.front().scalar_type(),
         "remat::distributed::ShardedStages: expected the parameters of stage ",
         stage,
-        "'s module to be dense CPU tensors of one floating-point dtype (",
+        "'s module that require grad to be dense CPU tensors of one "
+        "floating-point dtype (",
         parameters.front().toString(),
         "), got ",
         p.toString(),
         " at index ",
         k);
-    // The shard is one leaf the optimizer updates as a whole: a frozen
-    // parameter in it would get a zero gradient and still be stepped (weight
-    // decay, momentum), unlike the unsharded model, whose optimizer skips it.
-    TORCH_CHECK(
-        p.requires_grad(),
-        "remat::distributed::ShardedStages: parameter ",
-        k,
-        " (",
-        p.sizes(),
-        ") of stage ",
-        stage,
-        "'s module does not require grad; frozen parameters cannot be "
-        "sharded (the optimizer would still step them: weight decay, "
-        "momentum); keep frozen parameters out of the stage modules");
+  }
+}
+
+/// Adds the frozen parameters of the module of stage `stage` to `units`,
+/// each once.
+void add_frozen_parameters(
+    const torch::nn::Module& module, size_t stage, Units& units) {
+  for (const torch::Tensor& p : module.parameters()) {
+    if (p.requires_grad()) {
+      continue;
+    }
+    const bool known = std::any_of(
+        units.frozen.begin(), units.frozen.end(), [&](const auto& frozen) {
+          return frozen.first.is_same(p);
+        });
+    if (!known) {
+      units.frozen.emplace_back(p, static_cast<int64_t>(stage));
+      units.frozen_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    }
   }
 }
 
 }  // namespace
+
+std::vector<torch::Tensor> sharded_parameters(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> parameters;
+  for (const torch::Tensor& p : module.parameters()) {
+    if (p.requires_grad()) {
+      parameters.push_back(p);
+    }
+  }
+  return parameters;
+}
 
 Units find_units(const std::vector<Stage>& stages) {
   TORCH_CHECK(
@@ -66,7 +82,14 @@ Units find_units(const std::vector<Stage>& stages) {
         i,
         " has none");
     const auto& module = stages[i].module;
-    if (!module || module->parameters().empty()) {
+    if (module) {
+      add_frozen_parameters(*module, i, units);
+    }
+    std::vector<torch::Tensor> parameters;
+    if (module) {
+      parameters = sharded_parameters(*module);
+    }
+    if (parameters.empty()) {
       units.unit_of_stage.push_back(-1);
       continue;
     }
@@ -76,7 +99,6 @@ Units find_units(const std::vector<Stage>& stages) {
       units.unit_of_stage.push_back(known - units.modules.begin());
       continue;
     }
-    std::vector<torch::Tensor> parameters = module->parameters();
     check_unit_parameters(parameters, i);
     for (const auto& earlier : parameters_of_unit) {
       for (const torch::Tensor& p : parameters) {
@@ -125,9 +147,9 @@ planner::Chain with_unit_bytes(
       " stages (one per stage), got ",
       chain.size());
   std::vector<int64_t> unit_bytes;
-  int64_t resident = 0;
+  int64_t resident = units.frozen_bytes;
   for (const auto& module : units.modules) {
-    const std::vector<torch::Tensor> parameters = module->parameters();
+    const std::vector<torch::Tensor> parameters = sharded_parameters(*module);
     const int64_t bytes =
         padded_elements(parameters, world_size) *
         static_cast<int64_t>(parameters.front().element_size());

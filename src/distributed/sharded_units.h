@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -18,8 +19,16 @@ namespace remat::distributed::detail {
 /// The units of a chain of stages (NOTE: [Sharded units]).
 struct Units {
   std::vector<std::shared_ptr<torch::nn::Module>> modules;  // one per unit
-  std::vector<int64_t> unit_of_stage;  // -1: a stage without parameters
+  std::vector<int64_t> unit_of_stage;  // -1: a stage without a unit
+  /// The frozen parameters of the stage modules (NOTE: [Frozen
+  /// parameters]), each once, with the first stage whose module has it.
+  std::vector<std::pair<torch::Tensor, int64_t>> frozen;
+  int64_t frozen_bytes = 0;  ///< their total: each rank holds them whole
 };
+
+/// The parameters of `module` a unit shards: those that require grad, in
+/// parameters() order.
+std::vector<torch::Tensor> sharded_parameters(const torch::nn::Module& module);
 
 /// Finds the units of `stages`, checking them (see ShardedStages'
 /// constructor). Throws c10::Error if there are no stages, a stage has no

@@ -20,7 +20,8 @@ namespace remat::distributed {
 
 /// Sharded training of a chain of stages over a group (FSDP / ZeRO-3 style).
 ///
-/// The parameters of each distinct stage module (a "unit") are flattened into
+/// The parameters that require grad of each distinct stage module (a "unit")
+/// are flattened into
 /// one buffer, padded to a multiple of the world size; rank r keeps the r-th
 /// of world_size equal slices of it as a leaf tensor, its shard, which is
 /// what the optimizer updates. The module's parameters stay the module's
@@ -64,17 +65,24 @@ namespace remat::distributed {
 /// internally and undefined between steps. One step: one backward() through
 /// the stages, then finish(), then the optimizer step on shards(). Module
 /// buffers are not sharded (each rank keeps its own, as with GradientSync).
-/// Stage inputs must not be modified in place by the stage. Frozen
-/// parameters are refused (see the constructor).
+/// Stage inputs must not be modified in place by the stage.
+///
+/// Frozen parameters (those that do not require grad at construction, as in
+/// fine-tuning) are not sharded: each rank keeps them whole in their modules
+/// (counted in resident_bytes()), they get no gradient and are not in
+/// shards(), so the optimizer never steps them, as with the unsharded model.
+/// Which parameters are frozen is fixed at construction: finish() throws
+/// c10::Error, naming the parameter's shape and stage, if a parameter was
+/// frozen or unfrozen since.
 class ShardedStages {
  public:
-  /// Shards the parameters of the stages' modules (stages without a module
-  /// or without parameters are left as they are). Copies this rank's slice
-  /// of each unit into its shard and frees the modules' parameter memory.
-  /// Throws c10::Error (nothing changed) if `stages` is empty or a stage has
-  /// no forward, a module's parameters are not all dense CPU tensors of one
-  /// floating-point dtype that require grad (frozen parameters cannot be
-  /// sharded: the optimizer would still step them), a parameter holds no
+  /// Shards the parameters that require grad of the stages' modules (stages
+  /// without a module or without such parameters are left as they are).
+  /// Copies this rank's slice of each unit into its shard and frees the
+  /// modules' memory of those parameters. Throws c10::Error (nothing
+  /// changed) if `stages` is empty or a stage has no forward, a module's
+  /// parameters that require grad are not all dense CPU tensors of one
+  /// floating-point dtype, a parameter to shard holds no
   /// memory (its module is sharded already by another ShardedStages), a
   /// parameter belongs to the modules of two different units (naming the
   /// parameter), or, on every rank, if the ranks' stages differ in units,
@@ -97,10 +105,10 @@ class ShardedStages {
   std::vector<torch::Tensor> shards() const;
 
   /// Bytes of stage i's parameters while gathered (its unit's padded flat
-  /// buffer; 0 for a stage without parameters), for every stage.
+  /// buffer; 0 for a stage without parameters to shard), for every stage.
   std::vector<int64_t> gathered_bytes() const;
   /// Bytes this rank holds for the whole step: its shards and their
-  /// gradients.
+  /// gradients, and the frozen parameters.
   int64_t resident_bytes() const;
   /// `chain` (profiled on the unsharded stages, same count) with each
   /// stage's gathered_bytes and the chain's resident_bytes set, so that
