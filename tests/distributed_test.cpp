@@ -774,6 +774,34 @@ TEST(GradientSync, RefusesASecondGradientInOneStep) {
   expect_no_errors(errors);
 }
 
+// Which parameters are averaged is fixed at construction: an unfrozen
+// parameter's gradient would stay this rank's own (the ranks drift apart), a
+// frozen one would get the average and be stepped. finish() refuses both,
+// after its collectives, leaving the gradients as they were.
+TEST(GradientSync, RefusesAParameterFrozenOrUnfrozenAfterConstruction) {
+  const auto errors = run_ranks(2, [&](dist::ProcessGroup& group) {
+    for (const bool unfreeze : {true, false}) {
+      torch::nn::Linear layer(4, 4);
+      layer->bias.set_requires_grad(!unfreeze);
+      dist::GradientSync sync(layer->parameters(), group);
+      layer->bias.set_requires_grad(unfreeze);
+      layer(torch::ones({2, 4})).sum().backward();
+      const std::string refused = thrown_by([&] { sync.finish(); });
+      EXPECT_NE(
+          refused.find(
+              unfreeze ? "parameter 1 ([4]) requires grad now"
+                       : "parameter 1 ([4]) no longer requires grad"),
+          std::string::npos)
+          << refused;
+      // Autograd leaves the synced weight's gradient as zeros; the step's
+      // average was not added.
+      EXPECT_TRUE(torch::equal(layer->weight.grad(), torch::zeros({4, 4})))
+          << layer->weight.grad();
+    }
+  });
+  expect_no_errors(errors);
+}
+
 TEST(GradientSync, RemovesItsHooksWhenDestroyed) {
   const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
     torch::Tensor p = torch::ones({2}).requires_grad_(true);

@@ -33,6 +33,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/variable.h>
@@ -59,6 +60,10 @@ struct GradientSync::State {
 
   ProcessGroup group;
   std::vector<torch::Tensor> parameters;  ///< those that require grad
+  /// Each parameter's index in the list given to the constructor.
+  std::vector<int64_t> given_index;
+  /// The given parameters that did not require grad, with their indices.
+  std::vector<std::pair<torch::Tensor, int64_t>> frozen;
   std::vector<unsigned> hooks;
   std::vector<Slot> slots;
   std::vector<Bucket> buckets;
@@ -66,6 +71,33 @@ struct GradientSync::State {
   int64_t started_in_backward = 0;
   int64_t last_started_in_backward = 0;
   std::mutex mutex;
+
+  /// Throws c10::Error, naming the parameter, if one was frozen or unfrozen
+  /// since construction: an unfrozen one's gradient would stay this rank's
+  /// own, and a frozen one would get the others' average (and be stepped).
+  void check_frozen_unchanged() const {
+    for (size_t k = 0; k < parameters.size(); ++k) {
+      TORCH_CHECK(
+          parameters[k].requires_grad(),
+          "remat::distributed::GradientSync: parameter ",
+          given_index[k],
+          " (",
+          parameters[k].sizes(),
+          ") no longer requires grad; which parameters are averaged is "
+          "fixed when GradientSync is constructed (make a new one)");
+    }
+    for (const auto& [parameter, index] : frozen) {
+      TORCH_CHECK(
+          !parameter.requires_grad(),
+          "remat::distributed::GradientSync: parameter ",
+          index,
+          " (",
+          parameter.sizes(),
+          ") requires grad now but did not when GradientSync was "
+          "constructed; its gradient would not be averaged over the ranks "
+          "(make a new GradientSync)");
+    }
+  }
 
   torch::Tensor slot_view(int64_t index) {
     const Slot& slot = slots[index];
@@ -160,6 +192,8 @@ GradientSync::GradientSync(
       options.bucket_bytes(),
       " bytes");
   std::vector<torch::Tensor> trained;
+  std::vector<int64_t> given_index;
+  std::vector<std::pair<torch::Tensor, int64_t>> frozen;
   for (size_t index = 0; index < parameters.size(); ++index) {
     const torch::Tensor& parameter = parameters[index];
     TORCH_CHECK(
@@ -172,6 +206,9 @@ GradientSync::GradientSync(
         index);
     if (parameter.requires_grad()) {
       trained.push_back(parameter);
+      given_index.push_back(static_cast<int64_t>(index));
+    } else {
+      frozen.emplace_back(parameter, static_cast<int64_t>(index));
     }
   }
   if (group.world_size() > 1) {
@@ -183,6 +220,8 @@ GradientSync::GradientSync(
         layout_of(trained));
   }
   state_ = std::make_unique<State>(std::move(group), std::move(trained));
+  state_->given_index = std::move(given_index);
+  state_->frozen = std::move(frozen);
   State& state = *state_;
   const auto count = static_cast<int64_t>(state.parameters.size());
   state.slots.resize(static_cast<size_t>(count));
@@ -272,6 +311,8 @@ void GradientSync::finish() {
   if (failure) {
     std::rethrow_exception(failure);
   }
+  // Nothing is in flight now: a refusal leaves no collective writing.
+  state.check_frozen_unchanged();
 
   torch::NoGradGuard no_grad;
   const auto world_size = static_cast<double>(state.group.world_size());

@@ -55,7 +55,11 @@ struct GradientSyncOptions {
 /// parameter used by several reentrant checkpoint regions, whose inner
 /// backwards each deliver a gradient, or two backward() calls per step, are
 /// refused: finish() between them). Gradients through
-/// torch::autograd::grad() (which does not accumulate) are not seen.
+/// torch::autograd::grad() (which does not accumulate) are not seen. Which
+/// parameters are averaged (those that require grad) is fixed at
+/// construction: finish() throws c10::Error, naming the parameter's index
+/// and shape, after one was frozen or unfrozen (its collectives are waited
+/// for first; param.grad() is then left as it was).
 class GradientSync {
  public:
   /// Registers one hook per parameter that requires grad (the others are
