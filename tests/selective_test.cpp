@@ -551,4 +551,102 @@ TEST(SelectiveCheckpoint, NonDenseInputsSurviveAHookThatMakesThemDense) {
   }
 }
 
+// What a region with a policy keeps must not keep the region alive: the
+// forward's kept outputs carry the region's graph, whose saved tensors hold the
+// frame that owns the operator log. Without a recomputation to release them (a
+// graph freed without backward; a region run again inside an enclosing
+// region's recomputation, every step) they were never freed.
+using StorageRef = c10::weak_intrusive_ptr<c10::StorageImpl>;
+
+StorageRef weak_storage(const torch::Tensor& t) {
+  return StorageRef(t.storage().getWeakStorageImpl());
+}
+
+TEST(SelectiveCheckpoint, AGraphFreedWithoutBackwardFreesTheRegion) {
+  for (auto policy :
+       {policies::save_compute_intensive(), policies::save_all()}) {
+    const auto w = torch::randn({32, 32}).requires_grad_();
+    std::vector<StorageRef> made;
+    {
+      const auto x = torch::randn({32, 32}).requires_grad_();
+      auto y = remat::checkpoint(
+          [&](const torch::Tensor& in) {
+            auto h = in.mm(w);
+            auto t = h.tanh();  // saves its own output
+            made.push_back(weak_storage(h));
+            made.push_back(weak_storage(t));
+            return t.sin();
+          },
+          x,
+          with(policy));
+      made.push_back(weak_storage(x));
+    }  // y, x and the graph dropped without backward
+    ASSERT_EQ(made.size(), 3u);
+    for (size_t i = 0; i < made.size(); ++i) {
+      EXPECT_TRUE(made[i].expired()) << "tensor " << i << " still alive";
+    }
+  }
+}
+
+TEST(
+    SelectiveCheckpoint,
+    ARegionNestedInANonReentrantRegionIsFreedAfterBackward) {
+  for (auto policy :
+       {policies::save_compute_intensive(), policies::save_all()}) {
+    const auto w = torch::randn({32, 32}).requires_grad_();
+    std::vector<StorageRef> made;  // the inner region's mm output, every run
+    {
+      const auto x = torch::randn({32, 32}).requires_grad_();
+      auto inner = [&](const torch::Tensor& in) {
+        auto h = in.mm(w);
+        made.push_back(weak_storage(h));
+        return h.tanh();
+      };
+      auto y = remat::checkpoint(
+          [&](const torch::Tensor& in) {
+            return remat::checkpoint(inner, in.sin(), with(policy)).cos();
+          },
+          x);
+      y.sum().backward();
+    }
+    EXPECT_GE(made.size(), 2u);  // forward, and the outer recomputation
+    for (size_t i = 0; i < made.size(); ++i) {
+      EXPECT_TRUE(made[i].expired())
+          << "run " << i << "'s mm output still alive";
+    }
+  }
+}
+
+TEST(SelectiveCheckpoint, NestedInANonReentrantRegionGradientsStillMatchPlain) {
+  torch::manual_seed(0);
+  const auto w = torch::randn({32, 32}).div(4).requires_grad_();
+  const auto x = torch::randn({32, 32}).requires_grad_();
+  auto inner = [&](const torch::Tensor& in) {
+    return in.mm(w).tanh().mm(w).sigmoid();
+  };
+  auto outer = [&](bool checkpointed) {
+    w.mutable_grad() = torch::Tensor();
+    x.mutable_grad() = torch::Tensor();
+    torch::Tensor y;
+    if (checkpointed) {
+      y = remat::checkpoint(
+          [&](const torch::Tensor& in) {
+            return remat::checkpoint(
+                       inner, in.sin(), with(policies::save_all()))
+                .cos();
+          },
+          x);
+    } else {
+      y = inner(x.sin()).cos();
+    }
+    y.sum().backward({}, /*retain_graph=*/true);
+    y.sum().backward();
+    return std::make_pair(x.grad().clone(), w.grad().clone());
+  };
+  const auto plain = outer(false);
+  const auto checkpointed = outer(true);
+  EXPECT_TRUE(torch::equal(plain.first, checkpointed.first));
+  EXPECT_TRUE(torch::equal(plain.second, checkpointed.second));
+}
+
 }  // namespace

@@ -124,6 +124,35 @@ bool policy_saves(
   return is_save(answer);
 }
 
+/// `tensor`'s values (the same storage and version counter) without its
+/// autograd history, requiring grad as it does. What a region's log holds
+/// must not hold the region's graph: the graph's saved tensors hold the
+/// frame that owns the log, a cycle that only a recomputation would break.
+at::Tensor held_value(const at::Tensor& tensor) {
+  if (!tensor.defined()) {
+    return tensor;
+  }
+  at::Tensor value = tensor.tensor_data();
+  if (tensor.requires_grad()) {
+    value.set_requires_grad(true);
+  }
+  return value;
+}
+
+c10::IValue held_value(const c10::IValue& value) {
+  if (value.isTensor()) {
+    return held_value(value.toTensor());
+  }
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& tensor : value.toTensorVector()) {
+      list.push_back(held_value(tensor));
+    }
+    return list;
+  }
+  return value;
+}
+
 }  // namespace
 
 SelectiveRegion::PackSource SelectiveRegion::trace(
@@ -161,7 +190,12 @@ SelectiveRegion::PackSource SelectiveRegion::trace(
     }
   }
   source.kind = Kind::kHeld;
-  source.held = packed;
+  // Values only: a tensor an operator saves of its own output carries that
+  // operator's node, and through its saved tensors the region's frame, which
+  // owns this log: holding it would keep the region alive for ever when no
+  // recomputation releases it (a graph freed without backward, or a region
+  // run inside an enclosing region's recomputation).
+  source.held = held_value(packed);
   return source;
 }
 
@@ -313,8 +347,17 @@ void SelectiveRegion::keep(
       kept_storages_[output.storage().unsafeGetStorageImpl()].push_back(index);
     }
   }
-  call.returns = std::move(returns);
-  call.outputs = std::move(outputs);
+  // Held without their autograd history (held_value): the forward's outputs
+  // carry the region's graph, whose saved tensors hold the frame that owns
+  // this log.
+  call.returns.clear();
+  for (const c10::IValue& value : returns) {
+    call.returns.push_back(held_value(value));
+  }
+  call.outputs.clear();
+  for (const at::Tensor& output : outputs) {
+    call.outputs.push_back(held_value(output));
+  }
 }
 
 void SelectiveRegion::clear_kept(LoggedCall& call) {
