@@ -219,4 +219,94 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param == Mode::kNonReentrant ? "NonReentrant" : "Reentrant";
     });
 
+// A recomputation run after the AutocastGuard ended (backward after the
+// guard) must leave no cast in autocast's cache: the next step's forward
+// would reuse bf16 copies of the parameters from before optimizer.step().
+class AutocastCacheAfterBackward : public ::testing::TestWithParam<Mode> {};
+
+// Three SGD steps, backward after the guard with the cast cache on: losses
+// and gradients equal the plain bf16 run's at every step.
+TEST_P(
+    AutocastCacheAfterBackward, StepsAfterAnOptimizerUpdateEqualThePlainRun) {
+  auto train = [](bool use_checkpoint, Mode mode) {
+    torch::manual_seed(0);
+    torch::nn::Linear lin(16, 16);
+    torch::nn::Linear head(16, 1);
+    std::vector<torch::Tensor> params = lin->parameters();
+    for (const auto& p : head->parameters()) {
+      params.push_back(p);
+    }
+    torch::optim::SGD sgd(params, 0.5);
+    const auto x = torch::randn({8, 16}, torch::requires_grad());
+    std::vector<torch::Tensor> seen;
+    for (int step = 0; step < 3; ++step) {
+      sgd.zero_grad();
+      torch::Tensor loss;
+      {
+        AutocastGuard bf16(
+            c10::kCPU,
+            Precision::kBFloat16,
+            AutocastOptions().cache_enabled(true));
+        auto body = [&](const torch::Tensor& in) {
+          return torch::tanh(lin(in));
+        };
+        const auto h =
+            use_checkpoint
+                ? remat::checkpoint(body, x, CheckpointOptions().mode(mode))
+                : body(x);
+        loss = head(h).to(torch::kFloat).pow(2).mean();
+      }
+      loss.backward();  // after the guard: the recomputation runs here
+      seen.push_back(loss.detach().clone());
+      seen.push_back(lin->weight.grad().clone());
+      sgd.step();
+    }
+    return seen;
+  };
+  const auto plain = train(false, GetParam());
+  const auto checkpointed = train(true, GetParam());
+  ASSERT_EQ(plain.size(), checkpointed.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_TRUE(torch::equal(plain[i], checkpointed[i]))
+        << "step " << i / 2 << (i % 2 ? " weight gradient" : " loss");
+  }
+}
+
+// Nothing stays cached once backward after the guard has finished.
+TEST_P(AutocastCacheAfterBackward, LeavesNoCastCachedAfterBackward) {
+  torch::manual_seed(1);
+  // A 256x256 fp32 parameter used directly by mm: its bf16 cast (128 KiB) is
+  // what autocast caches.
+  const auto weight = torch::randn({256, 256}, torch::requires_grad());
+  const auto x = torch::randn({4, 256}, torch::requires_grad());
+  remat::MemoryMeter meter;
+  torch::Tensor loss;
+  {
+    AutocastGuard bf16(
+        c10::kCPU, Precision::kBFloat16, AutocastOptions().cache_enabled(true));
+    loss = remat::checkpoint(
+               [&](const torch::Tensor& in) {
+                 return torch::tanh(torch::mm(in, weight));
+               },
+               x,
+               CheckpointOptions().mode(GetParam()))
+               .to(torch::kFloat)
+               .sum();
+  }
+  const int64_t before_backward = meter.current_bytes();
+  loss.backward();
+  loss = torch::Tensor();
+  const int64_t grads = weight.grad().nbytes() + x.grad().nbytes();
+  EXPECT_LE(meter.current_bytes() - before_backward, grads)
+      << "a cast made by the recomputation is still cached";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BothModes,
+    AutocastCacheAfterBackward,
+    ::testing::Values(Mode::kNonReentrant, Mode::kReentrant),
+    [](const ::testing::TestParamInfo<Mode>& info) {
+      return info.param == Mode::kNonReentrant ? "NonReentrant" : "Reentrant";
+    });
+
 }  // namespace

@@ -157,6 +157,13 @@ RecomputeGuard::RecomputeGuard(
       }
     }
   }
+  // The recomputation is an autocast region of its own, as torch.autocast's
+  // context manager around PyTorch's recomputation is: counted in autocast's
+  // nesting depth, so that when it runs outside every autocast region
+  // (backward after the AutocastGuard ended) the casts it cached are cleared
+  // when it ends. Left in the cache they would outlive the step and be
+  // reused, stale, by the next step's forward after optimizer.step().
+  at::autocast::increment_nesting();
   ++recompute_depth;
 }
 
@@ -169,6 +176,9 @@ RecomputeGuard::~RecomputeGuard() {
       // backward (BatchNorm in eval mode) must not look modified in place.
       buffer.variable_data().copy_(backup);
     }
+  }
+  if (at::autocast::decrement_nesting() == 0) {
+    at::autocast::clear_cache();
   }
   ambient_autocast_.apply();
   for (auto& saved : ambient_rng_) {

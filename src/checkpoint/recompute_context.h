@@ -102,7 +102,8 @@ class RecomputeContext {
 /// RAII: for the lifetime of the guard, this thread recomputes a region:
 /// RNG and autocast state as in `replay`, grad mode on, is_recomputing()
 /// true, buffers of `modules` saved (and restored at the end; null entries
-/// are skipped).
+/// are skipped). Counts as an autocast region (autocast's nesting depth): if
+/// it is the outermost one, the cast cache is cleared when it ends.
 class RecomputeGuard {
  public:
   RecomputeGuard(
