@@ -649,4 +649,53 @@ TEST(SelectiveCheckpoint, NestedInANonReentrantRegionGradientsStillMatchPlain) {
   EXPECT_TRUE(torch::equal(plain.second, checkpointed.second));
 }
 
+// ---- randomness a policy cannot see by its tag --------------------------
+
+/// A noise tensor drawn by a kernel below autograd: an operator with an
+/// autograd kernel of its own, not tagged nondeterministic_seeded, whose draw
+/// the fallback does not see as a call.
+at::Tensor hidden_noise_autograd(const at::Tensor& x) {
+  at::AutoDispatchBelowADInplaceOrView below;
+  return at::rand_like(x);
+}
+at::Tensor hidden_noise_cpu(const at::Tensor& x) {
+  return at::rand_like(x);
+}
+TORCH_LIBRARY(remat_test_rng, m) {
+  m.def("hidden_noise(Tensor x) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(remat_test_rng, CPU, m) {
+  m.impl("hidden_noise", &hidden_noise_cpu);
+}
+TORCH_LIBRARY_IMPL(remat_test_rng, Autograd, m) {
+  m.impl("hidden_noise", &hidden_noise_autograd);
+}
+
+// A call that draws random numbers is never kept, even when neither its tag
+// nor a nested call says so: keeping it would skip its draws in the
+// recomputation, and the dropout after it would get another mask than in
+// the forward (silently: shapes and dtypes are the same).
+TEST(SelectiveCheckpoint, ACallThatDrawsRandomNumbersBelowAutogradIsNotKept) {
+  static const auto noise =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("remat_test_rng::hidden_noise", "")
+          .typed<at::Tensor(const at::Tensor&)>();
+  auto run = [](bool use_checkpoint) {
+    torch::manual_seed(0);
+    const auto x = torch::randn({256}, torch::requires_grad());
+    auto body = [](const torch::Tensor& in) {
+      const auto h = in.sin() + noise.call(in.detach());
+      return torch::dropout(h, 0.5, /*train=*/true).tanh();
+    };
+    const auto y =
+        use_checkpoint
+            ? remat::checkpoint(
+                  body, x, CheckpointOptions().policy(policies::save_all()))
+            : body(x);
+    y.sum().backward();
+    return std::vector<torch::Tensor>{y.detach(), x.grad().clone()};
+  };
+  expect_all_bitwise_equal(run(false), run(true), "save_all with hidden RNG");
+}
+
 }  // namespace

@@ -16,7 +16,9 @@
 //    backpropagates through it inside backward. Limits: gradients reach only
 //    through inputs that require grad (captured parameters get none if no
 //    input requires grad); torch::autograd::grad, backward(inputs=...) and
-//    backward(create_graph=true) are refused with an error, and so are
+//    backward(create_graph=true) are refused with an error when the backward
+//    reaches the region (a backward(inputs={w}) naming only a parameter `fn`
+//    captures never does: w gets no gradient, without an error), and so are
 //    undefined inputs; `fn` runs without grad mode in the forward, so it
 //    cannot call torch::autograd::grad itself; no early stop. An input that
 //    the region reads more than once and that the caller also uses elsewhere
@@ -26,7 +28,14 @@
 //
 // Both replay the RNG state (CPU generator and the CUDA generator of every
 // device the inputs live on) and the autocast state, and check the
-// recomputation (see DeterminismCheck and docs/checkpoint.md).
+// recomputation (see DeterminismCheck and docs/checkpoint.md). Only
+// LibTorch's default generators are replayed: a torch::Generator of the
+// caller's (torch::bernoulli(p, generator)) draws new numbers in the
+// recomputation, and so does a region whose random draws interleave with
+// another thread's (the default CPU generator is shared by every thread;
+// a recomputation also rewinds it for the other threads while it runs).
+// Either gives gradients that differ from the plain run's without an error
+// under DeterminismCheck::kMetadata (kValues reports it).
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,9 @@
 // by cost / (bytes x staleness); backward recomputes an evicted tensor from
 // its recipe when it needs it, recursively, and frees each saved tensor once
 // backward no longer needs it. Gradients are bitwise equal to a plain run on
-// CPU, dropout included. How it works: docs/dynamic.md.
+// CPU, dropout included when it draws from LibTorch's default generator and
+// no other thread draws from it meanwhile (remat/checkpoint.h says why). How
+// it works: docs/dynamic.md.
 //
 // What counts: the tracked bytes are the bytes of the storages of saved
 // tensors that were produced inside the scope and that remat holds. Tensors

@@ -4,9 +4,13 @@
 #include "selective.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <mutex>
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
@@ -19,6 +23,42 @@
 
 namespace remat::detail {
 namespace {
+
+/// Where the default CPU generator stands: changes with every number drawn
+/// (the Mersenne Twister's position, a word of its state for draws that are
+/// a multiple of its period apart, and the cached normal samples). A call
+/// whose kernel draws random numbers below autograd (a custom operator with
+/// an autograd kernel of its own) is not tagged nondeterministic_seeded and
+/// calls nothing the fallback sees; comparing this before and after the call
+/// still finds it.
+struct CpuRngMark {
+  int left = 0;
+  uint32_t next = 0;
+  uint32_t first_word = 0;
+  bool float_sample = false;
+  bool double_sample = false;
+  bool operator==(const CpuRngMark& other) const {
+    return left == other.left && next == other.next &&
+           first_word == other.first_word &&
+           float_sample == other.float_sample &&
+           double_sample == other.double_sample;
+  }
+};
+
+CpuRngMark cpu_rng_mark() {
+  at::Generator generator =
+      at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  auto* cpu = generator.get<at::CPUGeneratorImpl>();
+  const at::mt19937 engine = cpu->engine();
+  const auto data = engine.data();
+  return CpuRngMark{
+      data.left_,
+      data.next_,
+      data.state_[0],
+      cpu->next_float_normal_sample().has_value(),
+      cpu->next_double_normal_sample().has_value()};
+}
 
 /// This thread's selective scopes, innermost last.
 thread_local std::vector<SelectiveScope*> tls_scopes;
@@ -283,6 +323,7 @@ void SelectiveRegion::forward_call(
   calls_.emplace_back();
   calls_.back().name = schema.name();
   calls_.back().first_pack = static_cast<int64_t>(packs_.size());
+  const CpuRngMark rng_before = cpu_rng_mark();
   {
     open_.push_back(index);
     struct Close {
@@ -297,7 +338,8 @@ void SelectiveRegion::forward_call(
   LoggedCall& call = calls_[index];  // calls_ may have grown meanwhile
   call.end_call = static_cast<int64_t>(calls_.size());
   call.end_pack = static_cast<int64_t>(packs_.size());
-  call.random = call.random || op.hasTag(at::Tag::nondeterministic_seeded);
+  call.random = call.random || op.hasTag(at::Tag::nondeterministic_seeded) ||
+                !(cpu_rng_mark() == rng_before);
   if (call.random && !open_.empty()) {
     calls_[open_.back()].random = true;
   }

@@ -39,7 +39,10 @@
 // retain_graph) recomputes every operator.
 //
 // Never kept: calls that draw random numbers (or nest one), that write to an
-// input or return an alias of one, or that return anything but tensors.
+// input or return an alias of one, or that return anything but tensors. A
+// call draws random numbers if its operator is tagged nondeterministic_seeded,
+// a call nested in it does, or the default CPU generator moved during it (a
+// custom operator whose own autograd kernel draws below the fallback).
 // Nested checkpoint regions suspend the enclosing region's interception.
 #pragma once
 
