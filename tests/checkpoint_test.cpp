@@ -22,9 +22,11 @@ using remat::CheckpointOptions;
 using remat::DeterminismCheck;
 using remat::Mode;
 using remat::testing::bitwise_equal;
+using remat::testing::both_modes;
 using remat::testing::expect_all_bitwise_equal;
 using remat::testing::expect_same_step;
 using remat::testing::grads_of;
+using remat::testing::mode_test_name;
 using remat::testing::TrainingStep;
 using torch::autograd::variable_list;
 
@@ -684,13 +686,7 @@ TEST_P(Equivalence, TwoThreadsTrainIndependently) {
   expect_all_bitwise_equal(expected_b.grads, got_b.grads, "thread b");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    BothModes,
-    Equivalence,
-    ::testing::Values(Mode::kNonReentrant, Mode::kReentrant),
-    [](const ::testing::TestParamInfo<Mode>& info) {
-      return info.param == Mode::kNonReentrant ? "NonReentrant" : "Reentrant";
-    });
+INSTANTIATE_TEST_SUITE_P(BothModes, Equivalence, both_modes(), mode_test_name);
 
 // ---- non-reentrant only
 // ------------------------------------------------------

@@ -24,7 +24,9 @@ using remat::CheckpointOptions;
 using remat::Mode;
 using remat::Precision;
 using remat::testing::bitwise_equal;
+using remat::testing::both_modes;
 using remat::testing::expect_all_bitwise_equal;
+using remat::testing::mode_test_name;
 
 bool same_state(
     const remat::compat::AutocastState& a,
@@ -212,12 +214,7 @@ TEST_P(MixedPrecision, CheckpointedGradientsEqualThePlainBf16Run) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    BothModes,
-    MixedPrecision,
-    ::testing::Values(Mode::kNonReentrant, Mode::kReentrant),
-    [](const ::testing::TestParamInfo<Mode>& info) {
-      return info.param == Mode::kNonReentrant ? "NonReentrant" : "Reentrant";
-    });
+    BothModes, MixedPrecision, both_modes(), mode_test_name);
 
 // A recomputation run after the AutocastGuard ended (backward after the
 // guard) must leave no cast in autocast's cache: the next step's forward
@@ -302,11 +299,6 @@ TEST_P(AutocastCacheAfterBackward, LeavesNoCastCachedAfterBackward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    BothModes,
-    AutocastCacheAfterBackward,
-    ::testing::Values(Mode::kNonReentrant, Mode::kReentrant),
-    [](const ::testing::TestParamInfo<Mode>& info) {
-      return info.param == Mode::kNonReentrant ? "NonReentrant" : "Reentrant";
-    });
+    BothModes, AutocastCacheAfterBackward, both_modes(), mode_test_name);
 
 }  // namespace

@@ -11,10 +11,21 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "remat/checkpoint.h"
 #include "remat/memory_meter.h"
 #include "remat/planner/chain.h"
 
 namespace remat::testing {
+
+/// The two checkpoint modes, as the values of a test parameterized by Mode.
+inline auto both_modes() {
+  return ::testing::Values(Mode::kNonReentrant, Mode::kReentrant);
+}
+
+/// "NonReentrant" or "Reentrant": the name of a test run in a Mode.
+inline std::string mode_test_name(const ::testing::TestParamInfo<Mode>& info) {
+  return info.param == Mode::kNonReentrant ? "NonReentrant" : "Reentrant";
+}
 
 /// Bitwise equality of two tensors, with the max abs difference on failure.
 /// Two undefined tensors are a failure: a check of gradients that none of
