@@ -1017,6 +1017,96 @@ TEST(ProcessGroup, APeerThatLeavesMakesTheOthersFailWithinTheTimeout) {
   EXPECT_LT(seconds, 10) << message;
 }
 
+// A unit without an end marker: an embedding of token ids.
+torch::nn::Sequential token_model() {
+  torch::manual_seed(1);
+  return torch::nn::Sequential(
+      torch::nn::Embedding(10, 4),
+      torch::nn::Linear(4, 4),
+      torch::nn::Linear(4, 1));
+}
+
+// A refused step does not leak into the next one: a unit without an end
+// marker (token ids in) is reduced before finish() refuses, so the next
+// step's gradient is that step's alone.
+TEST(ShardedStages, ARefusedStepLeavesNoGradientForTheNext) {
+  torch::nn::Sequential model = token_model();
+  torch::nn::Sequential reference = copy_of(model);
+  for (auto* m : {&model, &reference})
+    (*m)->ptr<torch::nn::LinearImpl>(2)->bias.set_requires_grad(false);
+  const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
+    dist::ShardedStages sharded(remat::stages_of(model), group);
+    torch::Tensor& bias = model->ptr<torch::nn::LinearImpl>(2)->bias;
+    bias.set_requires_grad(true);
+    sharded.sequential()
+        ->forward(torch::tensor({{1, 2}, {3, 4}}))
+        .sum()
+        .backward();
+    const std::string refused = thrown_by([&] { sharded.finish(); });
+    EXPECT_NE(refused.find("requires grad now"), std::string::npos) << refused;
+    bias.set_requires_grad(false);
+    bias.mutable_grad() = torch::Tensor();
+    for (torch::Tensor& shard : sharded.shards())
+      shard.mutable_grad() = torch::Tensor();
+    const torch::Tensor input = torch::tensor({{5, 6}, {7, 8}});
+    sharded.sequential()->forward(input).sum().backward();
+    sharded.finish();
+    reference->forward(input).sum().backward();
+    const torch::Tensor expected =
+        reference->ptr<torch::nn::EmbeddingImpl>(0)->weight.grad().reshape(-1);
+    EXPECT_TRUE(torch::equal(
+        sharded.shards()[0].grad().narrow(0, 0, expected.numel()), expected));
+  });
+  expect_no_errors(errors);
+}
+
+// A rank that refuses the step still takes part in its reductions: the
+// other ranks finish it.
+TEST(ShardedStages, ARefusalOnOneRankLetsTheOthersFinish) {
+  std::vector<torch::nn::Sequential> models{token_model(), token_model()};
+  for (auto& m : models)
+    m->ptr<torch::nn::LinearImpl>(2)->bias.set_requires_grad(false);
+  const auto errors = run_ranks(2, [&](dist::ProcessGroup& group) {
+    torch::nn::Sequential& model = models[group.rank()];
+    dist::ShardedStages sharded(remat::stages_of(model), group);
+    if (group.rank() == 0)
+      model->ptr<torch::nn::LinearImpl>(2)->bias.set_requires_grad(true);
+    sharded.sequential()
+        ->forward(torch::tensor({{1, 2}, {3, 4}}))
+        .sum()
+        .backward();
+    if (group.rank() == 0) {
+      const std::string refused = thrown_by([&] { sharded.finish(); });
+      EXPECT_NE(refused.find("requires grad now"), std::string::npos)
+          << refused;
+      model->ptr<torch::nn::LinearImpl>(2)->bias.set_requires_grad(false);
+    } else {
+      sharded.finish();
+    }
+  });
+  expect_no_errors(errors);
+}
+
+// A frozen parameter whose module another (live) ShardedStages sharded holds
+// no values: refused at construction, as a parameter to shard is.
+TEST(ShardedStages, RefusesFrozenParametersShardedAlready) {
+  const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
+    torch::nn::Linear backbone(8, 8), head(8, 2);
+    torch::nn::Sequential first_phase(backbone);
+    dist::ShardedStages first(remat::stages_of(first_phase), group);
+    for (torch::Tensor& p : backbone->parameters())
+      p.set_requires_grad(false);
+    torch::nn::Sequential second_phase(backbone, head);
+    const std::string refused = thrown_by([&] {
+      dist::ShardedStages second(remat::stages_of(second_phase), group);
+    });
+    EXPECT_NE(refused.find("sharded already"), std::string::npos) << refused;
+    for (torch::Tensor& p : backbone->parameters())
+      p.set_requires_grad(true);
+  });
+  expect_no_errors(errors);
+}
+
 }  // namespace
 
 // ---- launch_local

@@ -378,6 +378,18 @@ ShardedStages::ShardedStages(std::vector<Stage> stages, ProcessGroup group)
           "ShardedStages?");
     }
   }
+  for (const auto& [p, stage] : found.frozen) {
+    // A frozen parameter stays in its module and is read there: one that
+    // another ShardedStages sharded (and was frozen since) has no values.
+    TORCH_CHECK(
+        p.numel() == 0 || p.storage().data() != nullptr,
+        "remat::distributed::ShardedStages: a frozen parameter of shape ",
+        p.sizes(),
+        " (stage ",
+        stage,
+        ") holds no memory; is its module sharded already by another "
+        "ShardedStages?");
+  }
   if (world_size > 1) {
     // Different units on different ranks would gather and reduce buffers of
     // different sizes: Gloo aborts the process or a rank reads garbage.
@@ -536,13 +548,17 @@ planner::Chain ShardedStages::sharded_chain(const planner::Chain& chain) const {
 
 void ShardedStages::finish() {
   State& state = *state_;
-  state.check_frozen_unchanged();
+  // The step's reductions first, as on every rank, and only then the
+  // refusal: refusing before them left the other ranks waiting in their
+  // reduces, and a unit still in its backward (a stage whose input is not
+  // floating point) kept this step's gradient for the next one.
   for (State::Unit& unit : state.units) {
     state.end_backward(unit);
     state.release(unit);
   }
   state.last_counts = state.counts;
   state.counts = Counts{};
+  state.check_frozen_unchanged();
 }
 
 void ShardedStages::with_full_parameters(const std::function<void()>& use) {

@@ -73,7 +73,9 @@ namespace remat::distributed {
 /// shards(), so the optimizer never steps them, as with the unsharded model.
 /// Which parameters are frozen is fixed at construction: finish() throws
 /// c10::Error, naming the parameter's shape and stage, if a parameter was
-/// frozen or unfrozen since.
+/// frozen or unfrozen since (after the step's reductions, which every rank
+/// takes part in, so the others finish; the shards' gradients then hold the
+/// refused step's: clear them before the next).
 class ShardedStages {
  public:
   /// Shards the parameters that require grad of the stages' modules (stages
@@ -82,7 +84,7 @@ class ShardedStages {
   /// modules' memory of those parameters. Throws c10::Error (nothing
   /// changed) if `stages` is empty or a stage has no forward, a module's
   /// parameters that require grad are not all dense CPU tensors of one
-  /// floating-point dtype, a parameter to shard holds no
+  /// floating-point dtype, a parameter (to shard or frozen) holds no
   /// memory (its module is sharded already by another ShardedStages), a
   /// parameter belongs to the modules of two different units (naming the
   /// parameter), or, on every rank, if the ranks' stages differ in units,
