@@ -309,6 +309,46 @@ TEST(SelfCorrection, IsOffByDefaultAndRefusesBadOptions) {
       std::string::npos);
 }
 
+// PlannedChain::options is a public member: values set after construction
+// are refused at the next training forward, as at construction, instead of
+// deciding switches (a NaN or negative threshold logged switches to the same
+// plan) or dereferencing a missing budget.
+TEST(SelfCorrection, RefusesBadOptionsSetAfterConstruction) {
+  std::vector<remat::Stage> stages;
+  for (int i = 0; i < 3; ++i) {
+    stages.push_back(stage_of(8, nullptr, false));
+  }
+  const torch::Tensor input = torch::randn({4, 8});
+  const planner::Chain chain = remat::profile_chain(stages, input);
+  remat::PlannedChain net(
+      stages,
+      planner::solve_store_all(chain),
+      remat::PlannedChainOptions().chain(chain).self_correct(true));
+  const auto message_of_step = [&](const torch::Tensor& x) {
+    try {
+      net->forward(x).sum().backward();
+    } catch (const c10::Error& error) {
+      return std::string(error.what_without_backtrace());
+    }
+    return std::string("no error");
+  };
+  net->options.correction_threshold(std::nan(""));
+  EXPECT_NE(
+      message_of_step(input).find("correction_threshold finite and >= 0"),
+      std::string::npos);
+  net->options.correction_threshold(0.05).correction_steps(0);
+  EXPECT_NE(
+      message_of_step(input).find("correction_steps >= 1, got 0"),
+      std::string::npos);
+  net->options.correction_steps(3).self_correct(false);
+  net->options.input_shape({4, 8}).on_shape_change(remat::ShapePolicy::kReplan);
+  EXPECT_NE(
+      message_of_step(torch::randn({2, 8}))
+          .find("expected options.budget to be set for ShapePolicy::kReplan"),
+      std::string::npos);
+  EXPECT_TRUE(net->corrections().empty());
+}
+
 TEST(SelfCorrection, ProfilesOnTheFirstTrainingInputWithoutAChain) {
   std::vector<remat::Stage> stages;
   for (int i = 0; i < 4; ++i) {

@@ -200,7 +200,8 @@ class PlannedChainImpl : public torch::nn::Module {
     return options.chain();
   }
   /// The options given at construction (input_shape and chain follow
-  /// re-plans).
+  /// re-plans). Values changed here are checked as at construction by the
+  /// next training forward (c10::Error naming the option).
   PlannedChainOptions options;
 
  private:

@@ -191,6 +191,12 @@ torch::Tensor planned_forward(
         shape_string(input.sizes()),
         "; re-plan with auto_checkpoint or profile_chain on the new shape, "
         "or use ShapePolicy::kReplan");
+    // options is a public member: checked here as at construction.
+    TORCH_CHECK(
+        options.budget().has_value(),
+        who,
+        "::forward: expected options.budget to be set for "
+        "ShapePolicy::kReplan, got none");
     std::vector<int64_t> shape = input.sizes().vec();
     auto known = run.plans_by_shape.find(shape);
     if (known == run.plans_by_shape.end()) {
@@ -219,6 +225,9 @@ torch::Tensor planned_forward(
   }
   std::shared_ptr<StageTimes> times;
   if (options.self_correct()) {
+    // As at construction: options is a public member, set at any time.
+    check_correction_options(
+        who, options.correction_steps(), options.correction_threshold());
     times = self_correct(run, options, input);
   }
   if (!run.program || !(run.program->plan == run.plan)) {
