@@ -104,7 +104,9 @@ class PlannedSequentialImpl
   const std::map<std::vector<int64_t>, planner::Plan>& plans_by_shape() const;
   /// The wrapped Sequential.
   torch::nn::Sequential sequential{nullptr};
-  /// The options given at construction.
+  /// The options given at construction. Values changed here are checked as
+  /// at construction by the next training forward (c10::Error naming the
+  /// option).
   PlannedSequentialOptions options;
 
  private:
