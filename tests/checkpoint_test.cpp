@@ -257,6 +257,81 @@ TEST_P(Equivalence, ModuleFormUpdatesBatchNormStatisticsOnce) {
   EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
 }
 
+// The model switched to eval() between forward and backward (a validation
+// loss logged before backward): the module forms recompute Dropout and
+// BatchNorm in the forward's mode, as plain autograd computes from what the
+// forward saved, and leave the caller's mode in place. Before, reentrant
+// mode gave other gradients silently and non-reentrant mode failed on a
+// saved tensor's shape.
+TEST_P(Equivalence, ModuleFormsRecomputeInTheModeOfTheForward) {
+  enum class Form { kPlain, kSequential, kModule };
+  auto run = [&](Form form) {
+    torch::manual_seed(9);
+    torch::nn::Sequential model(
+        torch::nn::Linear(8, 16),
+        torch::nn::Dropout(0.5),
+        torch::nn::BatchNorm1d(16),
+        torch::nn::Tanh(),
+        torch::nn::Linear(16, 4),
+        torch::nn::Tanh());
+    model->train();
+    torch::manual_seed(3);
+    const auto x = torch::randn({6, 8}, torch::requires_grad());
+    const auto options = CheckpointOptions().mode(GetParam());
+    torch::Tensor y;
+    switch (form) {
+      case Form::kPlain:
+        y = model->forward(x);
+        break;
+      case Form::kSequential:  // Dropout and BatchNorm in checkpointed segments
+        y = remat::checkpoint_sequential(model, 3, x, options);
+        break;
+      case Form::kModule:
+        y = remat::checkpoint(model, x, options);
+        break;
+    }
+    model->eval();
+    (y * y).sum().backward();
+    EXPECT_FALSE(model->is_training());
+    EXPECT_FALSE(model[1]->is_training());
+    EXPECT_FALSE(model[2]->is_training());
+    std::vector<torch::Tensor> state = grads_of(*model);
+    state.push_back(x.grad().clone());
+    for (const auto& buffer : model->buffers()) {
+      state.push_back(buffer.clone());
+    }
+    return state;
+  };
+  const auto plain = run(Form::kPlain);
+  expect_all_bitwise_equal(
+      plain, run(Form::kSequential), "checkpoint_sequential");
+  expect_all_bitwise_equal(plain, run(Form::kModule), "module form");
+}
+
+// A parameter updated in place between forward and backward: the
+// recomputation would read the new value where plain autograd uses the saved
+// one; refused, naming what happened.
+TEST_P(Equivalence, ModuleFormsRefuseParametersChangedSinceTheForward) {
+  torch::nn::Sequential model(torch::nn::Linear(4, 4), torch::nn::Tanh());
+  const auto x = torch::randn({2, 4}, torch::requires_grad());
+  auto y = remat::checkpoint(model, x, CheckpointOptions().mode(GetParam()));
+  {
+    torch::NoGradGuard no_grad;
+    model[0]->as<torch::nn::Linear>()->bias.add_(1);
+  }
+  try {
+    y.sum().backward();
+    ADD_FAILURE() << "expected the backward to throw";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(
+        std::string(error.what_without_backtrace())
+            .find("a parameter of a module of the region was modified in place "
+                  "since the forward"),
+        std::string::npos)
+        << error.what_without_backtrace();
+  }
+}
+
 TEST_P(Equivalence, InputsThatDoNotRequireGradWork) {
   torch::manual_seed(6);
   torch::nn::Linear layer(4, 4);

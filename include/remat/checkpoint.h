@@ -84,8 +84,11 @@ struct CheckpointOptions {
   /// Modules whose buffers (BatchNorm running statistics, ...) recomputation
   /// must leave untouched: they are saved before each recomputation of the
   /// region and restored after it, so they are updated exactly once per step
-  /// as without checkpointing. The module forms of `checkpoint` and
-  /// `checkpoint_sequential` fill this in themselves. Default: none.
+  /// as without checkpointing. The recomputation also runs them (and their
+  /// submodules) in the training mode they had in the forward, and refuses,
+  /// in backward, parameters of theirs modified in place since. The module
+  /// forms of `checkpoint` and `checkpoint_sequential` fill this in
+  /// themselves. Default: none.
   TORCH_ARG(
       std::vector<std::shared_ptr<torch::nn::Module>>,
       preserve_buffers_of) = {};
@@ -171,6 +174,11 @@ torch::Tensor checkpoint(
 /// Module form: checkpoints `module->forward(input)` and preserves the
 /// module's buffers across recomputation (BatchNorm running statistics are
 /// updated exactly once per step; PyTorch's own checkpoint updates them twice).
+/// It recomputes in the training mode (train()/eval()) the module and its
+/// submodules had in the forward, whatever it is at backward (the caller's is
+/// put back after), and throws c10::Error in backward if one of the module's
+/// parameters was modified in place since the forward (the recomputation
+/// would read the new values).
 ///
 /// Example:
 // clang-format off
@@ -195,7 +203,8 @@ torch::Tensor checkpoint(
 /// Splits `sequential` into `segments` consecutive segments of size
 /// size / segments (the last one takes the remainder) and checkpoints every
 /// segment but the last, as PyTorch's `checkpoint_sequential` does. Buffers of
-/// the modules are preserved across recomputation.
+/// the modules are preserved across recomputation, and training modes and
+/// parameters are treated as by the module form.
 ///
 /// Example:
 // clang-format off

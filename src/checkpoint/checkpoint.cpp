@@ -270,6 +270,7 @@ void Frame::recompute() {
   }
   inputs = detach_inputs(inputs);
 
+  replay_.check_parameters("remat::checkpoint", "a module of the region");
   RecomputeGuard replay_guard(replay_, options_.preserve_buffers_of());
   HookStackGuard hooks(
       std::make_shared<FrameHookFactory<RecordingHooks, Frame*>>(this));
@@ -314,7 +315,10 @@ variable_list checkpoint_nonreentrant(
     const CheckpointOptions& options) {
   install_engine();
   auto frame = std::make_shared<Frame>(
-      fn, options, RecomputeContext(inputs, options.preserve_rng_state()));
+      fn,
+      options,
+      RecomputeContext(
+          inputs, options.preserve_rng_state(), options.preserve_buffers_of()));
   frame->save_inputs(inputs);
   HookStackGuard hooks(
       std::make_shared<FrameHookFactory<ForwardHooks, std::shared_ptr<Frame>>>(

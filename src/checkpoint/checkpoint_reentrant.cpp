@@ -119,6 +119,8 @@ struct ReentrantCheckpoint
 
     variable_list outputs;
     {
+      state->replay.check_parameters(
+          "remat::checkpoint", "a module of the region");
       RecomputeGuard guard(state->replay, state->options.preserve_buffers_of());
       SelectiveScope suspend_selective(nullptr, nullptr);
       outputs = state->fn(inputs);
@@ -172,7 +174,10 @@ variable_list checkpoint_reentrant(
         "none). Use Mode::kNonReentrant, or make an input require grad");
   }
   auto state = c10::make_intrusive<ReentrantState>(
-      fn, options, RecomputeContext(inputs, options.preserve_rng_state()));
+      fn,
+      options,
+      RecomputeContext(
+          inputs, options.preserve_rng_state(), options.preserve_buffers_of()));
   return ReentrantCheckpoint::apply(state, at::TensorList(inputs));
 }
 

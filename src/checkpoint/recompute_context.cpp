@@ -72,13 +72,88 @@ int64_t own_buffer_bytes(
   return bytes;
 }
 
+namespace {
+
+/// `tensor`'s version counter; 0 for an inference tensor, which has none.
+int64_t version_of(const at::Tensor& tensor) {
+  return tensor.is_inference() ? 0 : tensor._version();
+}
+
+}  // namespace
+
+ModuleMode::ModuleMode(
+    const std::vector<std::shared_ptr<torch::nn::Module>>& modules) {
+  for (const auto& module : modules) {
+    if (!module) {
+      continue;
+    }
+    for (const auto& each : module->modules(/*include_self=*/true)) {
+      training_.emplace_back(each, each->is_training());
+    }
+    for (const at::Tensor& parameter : module->parameters()) {
+      versions_.emplace_back(parameter, version_of(parameter));
+    }
+  }
+}
+
+void ModuleMode::check_parameters(
+    const char* who, const std::string& whose) const {
+  for (const auto& [parameter, version] : versions_) {
+    TORCH_CHECK(
+        version_of(parameter) == version,
+        who,
+        ": a parameter of ",
+        whose,
+        " was modified in place since the forward (an optimizer step or "
+        "another update before backward); it is recomputed during backward, "
+        "which would read the new values: update parameters after backward");
+  }
+}
+
+ModuleMode::Replay::Replay(const ModuleMode& mode) {
+  // modules() lists a module before its submodules, so setting each in
+  // order leaves every module with its own recorded flag.
+  for (const auto& [module, training] : mode.training_) {
+    ambient_.emplace_back(module, module->is_training());
+  }
+  set(mode.training_);
+}
+
+ModuleMode::Replay::~Replay() {
+  set(ambient_);
+}
+
+void ModuleMode::Replay::set(const Flags& flags) {
+  for (const auto& [module, training] : flags) {
+    if (module->is_training() != training) {
+      module->train(training);
+    }
+  }
+}
+
 void RecomputeContext::note_buffer_writes(const BufferWrites& writes) {
   written_ = writes.written();
 }
 
+void RecomputeContext::note_module_mode(ModuleMode mode) {
+  module_mode_ = std::move(mode);
+}
+
+void RecomputeContext::check_parameters(
+    const char* who, const std::string& whose) const {
+  if (module_mode_) {
+    module_mode_->check_parameters(who, whose);
+  }
+}
+
 RecomputeContext::RecomputeContext(
-    const torch::autograd::variable_list& inputs, bool preserve_rng)
+    const torch::autograd::variable_list& inputs,
+    bool preserve_rng,
+    const std::vector<std::shared_ptr<torch::nn::Module>>& modules)
     : autocast_(compat::AutocastState::capture()) {
+  if (!modules.empty()) {
+    module_mode_ = ModuleMode(modules);
+  }
   if (!preserve_rng) {
     return;
   }
@@ -165,6 +240,9 @@ RecomputeGuard::RecomputeGuard(
   // reused, stale, by the next step's forward after optimizer.step().
   at::autocast::increment_nesting();
   ++recompute_depth;
+  if (replay.module_mode_) {
+    module_mode_.emplace(*replay.module_mode_);
+  }
 }
 
 RecomputeGuard::~RecomputeGuard() {

@@ -27,6 +27,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -61,17 +62,72 @@ class BufferWrites {
 int64_t own_buffer_bytes(
     const std::vector<std::shared_ptr<torch::nn::Module>>& modules);
 
+// NOTE: [Recompute and module mode]
+// A recomputation must compute what the first forward computed. Besides the
+// RNG, autocast and buffers, two things a caller may change between forward
+// and backward are not state LibTorch replays: the training flags of the
+// region's modules and their submodules (model->eval() to log a validation
+// loss before backward: a Dropout or BatchNorm recomputed in the other mode
+// gives another output, and silently wrong gradients), and the parameters'
+// values (an optimizer step or an EMA update in place before backward: plain
+// autograd computes from what it saved, a recomputation would read the new
+// values). A ModuleMode records both at the first forward; a recomputation
+// runs under the recorded flags (restoring the caller's afterwards) and
+// refuses parameters changed in place since.
+class ModuleMode {
+ public:
+  ModuleMode() = default;
+  /// Records the training flags of `modules` and all their submodules, and
+  /// the versions of their parameters (null entries are skipped).
+  explicit ModuleMode(
+      const std::vector<std::shared_ptr<torch::nn::Module>>& modules);
+
+  /// Throws c10::Error, naming `who` and `whose` ("stage 3's module"), if a
+  /// parameter was modified in place since the record.
+  void check_parameters(const char* who, const std::string& whose) const;
+
+  /// RAII: the recorded training flags while alive, the caller's after.
+  class Replay {
+   public:
+    explicit Replay(const ModuleMode& mode);
+    ~Replay();
+    Replay(const Replay&) = delete;
+    Replay& operator=(const Replay&) = delete;
+
+   private:
+    using Flags =
+        std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>>;
+    static void set(const Flags& flags);
+    Flags ambient_;
+  };
+
+ private:
+  std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>> training_;
+  std::vector<std::pair<at::Tensor, int64_t>> versions_;
+};
+
 /// The state a recomputation replays, captured at forward time.
 class RecomputeContext {
  public:
   /// Captures RNG state (if `preserve_rng`) for CPU and the CUDA devices of
-  /// `inputs`, and the autocast state.
+  /// `inputs`, the autocast state, and the module mode of `modules` (none if
+  /// empty; NOTE: [Recompute and module mode]).
   RecomputeContext(
-      const torch::autograd::variable_list& inputs, bool preserve_rng);
+      const torch::autograd::variable_list& inputs,
+      bool preserve_rng,
+      const std::vector<std::shared_ptr<torch::nn::Module>>& modules = {});
 
   /// After the first forward: its recomputations copy only the buffers of
   /// `writes.written()` (NOTE: [Recompute and module state]).
   void note_buffer_writes(const BufferWrites& writes);
+
+  /// At the first forward: its recomputations run under `mode`'s training
+  /// flags (NOTE: [Recompute and module mode]).
+  void note_module_mode(ModuleMode mode);
+
+  /// Throws c10::Error as ModuleMode::check_parameters if a parameter of the
+  /// noted modules was modified in place since; nothing without a mode.
+  void check_parameters(const char* who, const std::string& whose) const;
 
  private:
   friend class RecomputeGuard;
@@ -97,13 +153,17 @@ class RecomputeContext {
   compat::AutocastState autocast_;
   // Set by note_buffer_writes: the submodules whose own buffers are copied.
   std::optional<std::vector<std::shared_ptr<torch::nn::Module>>> written_;
+  // Set by note_module_mode: the flags recomputations run under.
+  std::optional<ModuleMode> module_mode_;
 };
 
 /// RAII: for the lifetime of the guard, this thread recomputes a region:
 /// RNG and autocast state as in `replay`, grad mode on, is_recomputing()
 /// true, buffers of `modules` saved (and restored at the end; null entries
-/// are skipped). Counts as an autocast region (autocast's nesting depth): if
-/// it is the outermost one, the cast cache is cleared when it ends.
+/// are skipped), the training flags of replay's module mode if it has one
+/// (the caller's restored at the end). Counts as an autocast region (autocast's
+/// nesting depth): if it is the outermost one, the cast cache is cleared when
+/// it ends.
 class RecomputeGuard {
  public:
   RecomputeGuard(
@@ -118,6 +178,7 @@ class RecomputeGuard {
   compat::AutocastState ambient_autocast_;
   c10::AutoGradMode grad_mode_{true};
   std::vector<std::pair<at::Tensor, at::Tensor>> buffer_backups_;
+  std::optional<ModuleMode::Replay> module_mode_;
 };
 
 /// RAII: autocast's cast cache is off for the guard's lifetime (the rest of

@@ -118,85 +118,6 @@ int64_t version_of(const torch::Tensor& tensor) {
   return tensor.is_inference() ? 0 : tensor._version();
 }
 
-// NOTE: [Recompute and module mode]
-// A recomputation must compute what the stage's first forward computed. The
-// RNG, autocast and buffers are replayed (NOTE: [Recompute and RNG]); two
-// more things a caller may change between forward and backward are not
-// state LibTorch replays: the training flag of the stage's module and its
-// submodules (model->eval() to log a validation loss before backward: a
-// Dropout or BatchNorm recomputed in the other mode gives another output,
-// and silently wrong gradients), and the parameters' values (an optimizer
-// step or an EMA update in place before backward: plain autograd computes
-// from what it saved, a recomputation would read the new values). The first
-// forward of a replayed stage records both; a recomputation runs under the
-// recorded flags (restoring the caller's afterwards) and refuses parameters
-// changed in place since, as check_unchanged() refuses changed inputs.
-class ModuleMode {
- public:
-  ModuleMode() = default;
-  explicit ModuleMode(const std::shared_ptr<torch::nn::Module>& module) {
-    if (!module) {
-      return;
-    }
-    for (const auto& each : module->modules(/*include_self=*/true)) {
-      training_.emplace_back(each, each->is_training());
-    }
-    for (const torch::Tensor& parameter : module->parameters()) {
-      versions_.emplace_back(parameter, version_of(parameter));
-    }
-  }
-
-  /// Throws c10::Error, naming stage `index`, if a parameter of its module
-  /// was modified in place since the first forward.
-  void check_parameters(const char* who, int64_t index) const {
-    for (const auto& [parameter, version] : versions_) {
-      TORCH_CHECK(
-          version_of(parameter) == version,
-          who,
-          ": a parameter of stage ",
-          index,
-          "'s module was modified in place since the forward (an optimizer "
-          "step or another update before backward); the plan recomputes the "
-          "stage during backward, which would read the new values: update "
-          "parameters after backward");
-    }
-  }
-
-  /// RAII: the recorded training flags while alive, the caller's after.
-  class Replay {
-   public:
-    explicit Replay(const ModuleMode& mode) {
-      // modules() lists a module before its submodules, so setting each in
-      // order leaves every module with its own recorded flag.
-      for (const auto& [module, training] : mode.training_) {
-        ambient_.emplace_back(module, module->is_training());
-      }
-      set(mode.training_);
-    }
-    ~Replay() {
-      set(ambient_);
-    }
-    Replay(const Replay&) = delete;
-    Replay& operator=(const Replay&) = delete;
-
-   private:
-    using Flags =
-        std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>>;
-    static void set(const Flags& flags) {
-      for (const auto& [module, training] : flags) {
-        if (module->is_training() != training) {
-          module->train(training);
-        }
-      }
-    }
-    Flags ambient_;
-  };
-
- private:
-  std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>> training_;
-  std::vector<std::pair<torch::Tensor, int64_t>> versions_;
-};
-
 /// What a recorded forward of one stage leaves alive for its backward.
 struct StageRecord {
   std::vector<torch::Tensor> leaves;  // one per distinct input value
@@ -238,7 +159,6 @@ class PlanExecution : public BackwardPhase,
     grads_.resize(n + 1);
     records_.resize(n);
     first_forward_.resize(n);
-    first_mode_.resize(n);
     values_[0] = input.detach();
     versions_[0] = version_of(values_[0]);
   }
@@ -475,14 +395,14 @@ class PlanExecution : public BackwardPhase,
       first_forward_[i].emplace(
           torch::autograd::variable_list(inputs.begin(), inputs.end()),
           /*preserve_rng=*/true);
-      first_mode_[i] = ModuleMode(call.module);
+      first_forward_[i]->note_module_mode(ModuleMode({call.module}));
       const BufferWrites writes({call.module});
       torch::Tensor output = call_stage(i, inputs, kind);
       first_forward_[i]->note_buffer_writes(writes);
       return output;
     }
-    first_mode_[i].check_parameters(who_, i);
-    const ModuleMode::Replay mode(first_mode_[i]);
+    first_forward_[i]->check_parameters(
+        who_, "stage " + std::to_string(i) + "'s module");
     RecomputeGuard guard(*first_forward_[i], {call.module});
     return call_stage(i, inputs, kind);
   }
@@ -513,8 +433,9 @@ class PlanExecution : public BackwardPhase,
   std::vector<int64_t> versions_;      // x_v's version when computed
   std::vector<torch::Tensor> grads_;   // g_v while held
   std::vector<StageRecord> records_;   // R_i while recorded
-  std::vector<std::optional<RecomputeContext>> first_forward_;  // RNG, autocast
-  std::vector<ModuleMode> first_mode_;  // train()/eval(), parameter versions
+  // RNG, autocast, train()/eval() and parameter versions of each replayed
+  // stage's first forward.
+  std::vector<std::optional<RecomputeContext>> first_forward_;
 };
 
 /// The root of a stage backward: it owns the incoming gradients (one per
