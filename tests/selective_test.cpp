@@ -698,4 +698,82 @@ TEST(SelectiveCheckpoint, ACallThatDrawsRandomNumbersBelowAutogradIsNotKept) {
   expect_all_bitwise_equal(run(false), run(true), "save_all with hidden RNG");
 }
 
+// ---- saved-tensor hooks inside a region ----------------------------------
+
+// A saved-tensor hook's own operators are not the region's: an offload guard
+// packs a tensor saved twice only once (NOTE: [One copy per saved tensor]),
+// and a kept call does not run its pack hooks in the recomputation, so the
+// hook's second pack copies the tensor there but not in the forward. Here
+// tanh (kept) saves its output under the guard, and the nested checkpoint
+// saves it again as its input; with save_ops(mm), sin (recomputed) saves
+// the tensor mm (kept) saved. Before the hooks' operators were hidden from
+// the region, both backwards failed: "operator 4 of the region was
+// aten::detach in the recomputation and aten::exp in the forward".
+TEST(SelectiveCheckpoint, AnOffloadGuardInsideTheRegionPacksLikeTheForward) {
+  torch::manual_seed(0);
+  const auto w = torch::randn({16, 16}).div(4).requires_grad_();
+  const auto x = torch::randn({16, 16}).requires_grad_();
+  // exp, after the guard, saves a tensor of the region's own: backward
+  // recomputes the region.
+  auto nested = [&](const torch::Tensor& h, bool guarded) {
+    torch::Tensor out;
+    {
+      std::optional<remat::SaveToFile> guard;
+      if (guarded) {
+        guard.emplace(remat::SaveToFileOptions().min_bytes(0));
+      }
+      const auto a = h.tanh();
+      auto inner = [](const torch::Tensor& t) { return t.sin(); };
+      out = guarded ? remat::checkpoint(inner, a) : inner(a);
+    }
+    return out.exp();
+  };
+  auto flat = [&](const torch::Tensor& h, bool guarded) {
+    torch::Tensor out;
+    {
+      std::optional<remat::SaveToFile> guard;
+      if (guarded) {
+        guard.emplace(remat::SaveToFileOptions().min_bytes(0));
+      }
+      const auto m = h.mm(w);
+      out = m + h.sin();
+    }
+    return out.exp();
+  };
+  auto run = [&](bool which_flat, bool checkpointed) {
+    w.mutable_grad() = torch::Tensor();
+    x.mutable_grad() = torch::Tensor();
+    auto body = [&](const torch::Tensor& h) {
+      return which_flat ? flat(h, checkpointed) : nested(h, checkpointed);
+    };
+    const auto h = x * 2;  // not a leaf: the guard moves it
+    torch::Tensor y;
+    if (checkpointed) {
+      y = remat::checkpoint(
+          body,
+          h,
+          with(
+              which_flat ? policies::save_ops({"aten::mm"})
+                         : policies::save_all()));
+    } else {
+      y = body(h);
+    }
+    y.sum().backward();
+    return std::make_pair(
+        x.grad().clone(),
+        w.grad().defined() ? w.grad().clone() : torch::Tensor());
+  };
+  for (const bool which_flat : {false, true}) {
+    SCOPED_TRACE(which_flat ? "save_ops(mm), no nested region" : "save_all");
+    const auto plain = run(which_flat, false);
+    std::pair<torch::Tensor, torch::Tensor> checkpointed;
+    ASSERT_NO_THROW(checkpointed = run(which_flat, true));
+    EXPECT_TRUE(torch::equal(plain.first, checkpointed.first));
+    EXPECT_EQ(plain.second.defined(), checkpointed.second.defined());
+    if (plain.second.defined()) {
+      EXPECT_TRUE(torch::equal(plain.second, checkpointed.second));
+    }
+  }
+}
+
 }  // namespace

@@ -18,6 +18,7 @@
 #include <torch/csrc/autograd/engine.h>
 
 #include "hook_stack.h"
+#include "selective/selective.h"
 
 namespace remat {
 namespace detail {
@@ -114,10 +115,20 @@ class UserHooks final : public torch::autograd::SavedVariableHooks {
       std::shared_ptr<const SavedTensorHooks::UnpackHook> unpack)
       : pack_(std::move(pack)), unpack_(std::move(unpack)) {}
 
+  // A hook's own operators are not operators of an enclosing region with a
+  // policy: they depend on the hook's state (an offload guard packs a tensor
+  // saved twice once, NOTE: [One copy per saved tensor]), and a kept call
+  // does not run its pack hooks in the recomputation, so the calls the
+  // region sees around them would differ between the forward and the
+  // recomputation. Suspended as a nested checkpoint region suspends it
+  // (NOTE: [Selective checkpointing]); a region the hook itself runs
+  // intercepts its own operators as usual.
   void call_pack_hook(const at::Tensor& tensor) override {
+    const detail::SelectiveScope suspend_selective(nullptr, nullptr);
     packed_ = (*pack_)(tensor);
   }
   at::Tensor call_unpack_hook() override {
+    const detail::SelectiveScope suspend_selective(nullptr, nullptr);
     return (*unpack_)(packed_);
   }
 

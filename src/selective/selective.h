@@ -43,7 +43,10 @@
 // call draws random numbers if its operator is tagged nondeterministic_seeded,
 // a call nested in it does, or the default CPU generator moved during it (a
 // custom operator whose own autograd kernel draws below the fallback).
-// Nested checkpoint regions suspend the enclosing region's interception.
+// Nested checkpoint regions suspend the enclosing region's interception, and
+// so do saved-tensor hooks (remat/saved_tensor_hooks.h: offload, compression,
+// a user's) while they pack or unpack: their operators depend on the hook's
+// state, not on the region's code.
 #pragma once
 
 #include <cstdint>
