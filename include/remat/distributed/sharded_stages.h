@@ -38,8 +38,9 @@ namespace remat::distributed {
 ///
 /// Example:
 // clang-format off
+///   auto unsharded = remat::profile_chain(model, sample);  // before sharding
 ///   remat::distributed::ShardedStages sharded(remat::stages_of(model), group);
-///   auto chain = sharded.sharded_chain(remat::profile_chain(model, sample));
+///   auto chain = sharded.sharded_chain(unsharded);
 ///   remat::PlannedChain net(sharded.stages(), remat::plan_within(chain, budget));
 ///   torch::optim::AdamW optimizer(sharded.shards());
 ///   for (...) {
