@@ -325,12 +325,8 @@ TEST(SelfCorrection, RefusesBadOptionsSetAfterConstruction) {
       planner::solve_store_all(chain),
       remat::PlannedChainOptions().chain(chain).self_correct(true));
   const auto message_of_step = [&](const torch::Tensor& x) {
-    try {
-      net->forward(x).sum().backward();
-    } catch (const c10::Error& error) {
-      return std::string(error.what_without_backtrace());
-    }
-    return std::string("no error");
+    return remat::testing::error_message_of(
+        [&] { net->forward(x).sum().backward(); });
   };
   net->options.correction_threshold(std::nan(""));
   EXPECT_NE(

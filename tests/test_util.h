@@ -17,6 +17,17 @@
 
 namespace remat::testing {
 
+/// The message of the c10::Error `body` throws, without its backtrace; "no
+/// error" if it throws none (any other exception propagates).
+inline std::string error_message_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const c10::Error& error) {
+    return error.what_without_backtrace();
+  }
+  return "no error";
+}
+
 /// The two checkpoint modes, as the values of a test parameterized by Mode.
 inline auto both_modes() {
   return ::testing::Values(Mode::kNonReentrant, Mode::kReentrant);
