@@ -72,14 +72,6 @@ int64_t own_buffer_bytes(
   return bytes;
 }
 
-namespace {
-
-/// `tensor`'s version counter; 0 for an inference tensor, which has none.
-int64_t version_of(const at::Tensor& tensor) {
-  return tensor.is_inference() ? 0 : tensor._version();
-}
-
-}  // namespace
 
 ModuleMode::ModuleMode(
     const std::vector<std::shared_ptr<torch::nn::Module>>& modules) {
@@ -133,10 +125,6 @@ void ModuleMode::Replay::set(const Flags& flags) {
 
 void RecomputeContext::note_buffer_writes(const BufferWrites& writes) {
   written_ = writes.written();
-}
-
-void RecomputeContext::note_module_mode(ModuleMode mode) {
-  module_mode_ = std::move(mode);
 }
 
 void RecomputeContext::check_parameters(

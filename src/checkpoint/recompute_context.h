@@ -58,6 +58,15 @@ class BufferWrites {
   std::vector<Watched> watched_;
 };
 
+/// The value of `tensor`'s version counter; 0 for a tensor without one (an
+/// inference tensor, which has nothing to recompute).
+inline int64_t version_of(const at::Tensor& tensor) {
+  const c10::VariableVersion& counter =
+      tensor.unsafeGetTensorImpl()->version_counter();
+  return counter.enabled() ? static_cast<int64_t>(counter.current_version())
+                           : 0;
+}
+
 /// The bytes of the own (non-recursive) buffers of `modules`.
 int64_t own_buffer_bytes(
     const std::vector<std::shared_ptr<torch::nn::Module>>& modules);
@@ -76,7 +85,6 @@ int64_t own_buffer_bytes(
 // refuses parameters changed in place since.
 class ModuleMode {
  public:
-  ModuleMode() = default;
   /// Records the training flags of `modules` and all their submodules, and
   /// the versions of their parameters (null entries are skipped).
   explicit ModuleMode(
@@ -121,10 +129,6 @@ class RecomputeContext {
   /// `writes.written()` (NOTE: [Recompute and module state]).
   void note_buffer_writes(const BufferWrites& writes);
 
-  /// At the first forward: its recomputations run under `mode`'s training
-  /// flags (NOTE: [Recompute and module mode]).
-  void note_module_mode(ModuleMode mode);
-
   /// Throws c10::Error as ModuleMode::check_parameters if a parameter of the
   /// noted modules was modified in place since; nothing without a mode.
   void check_parameters(const char* who, const std::string& whose) const;
@@ -153,7 +157,7 @@ class RecomputeContext {
   compat::AutocastState autocast_;
   // Set by note_buffer_writes: the submodules whose own buffers are copied.
   std::optional<std::vector<std::shared_ptr<torch::nn::Module>>> written_;
-  // Set by note_module_mode: the flags recomputations run under.
+  // The module mode of the constructor's modules, if any.
   std::optional<ModuleMode> module_mode_;
 };
 

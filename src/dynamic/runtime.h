@@ -93,15 +93,6 @@ namespace remat::detail {
 
 struct DynamicCall;
 
-/// The value of `tensor`'s version counter; 0 for a tensor without one (an
-/// inference tensor).
-inline int64_t version_of(const at::Tensor& tensor) {
-  const c10::VariableVersion& counter =
-      tensor.unsafeGetTensorImpl()->version_counter();
-  return counter.enabled() ? static_cast<int64_t>(counter.current_version())
-                           : 0;
-}
-
 /// One tensor the scope produced: its recipe and where it is now.
 struct DynamicValue {
   std::shared_ptr<DynamicCall> producer;  // never null

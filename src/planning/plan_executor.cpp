@@ -112,12 +112,6 @@ std::string value_name(int64_t v) {
                 : "the output of stage " + std::to_string(v - 1);
 }
 
-/// `tensor`'s version counter (NOTE: [A stage leaves its inputs unchanged]);
-/// 0 for an inference tensor, which has none (and nothing to recompute).
-int64_t version_of(const torch::Tensor& tensor) {
-  return tensor.is_inference() ? 0 : tensor._version();
-}
-
 /// What a recorded forward of one stage leaves alive for its backward.
 struct StageRecord {
   std::vector<torch::Tensor> leaves;  // one per distinct input value
@@ -394,8 +388,8 @@ class PlanExecution : public BackwardPhase,
     if (!first_forward_[i]) {
       first_forward_[i].emplace(
           torch::autograd::variable_list(inputs.begin(), inputs.end()),
-          /*preserve_rng=*/true);
-      first_forward_[i]->note_module_mode(ModuleMode({call.module}));
+          /*preserve_rng=*/true,
+          std::vector<std::shared_ptr<torch::nn::Module>>{call.module});
       const BufferWrites writes({call.module});
       torch::Tensor output = call_stage(i, inputs, kind);
       first_forward_[i]->note_buffer_writes(writes);
