@@ -128,6 +128,14 @@ TEST(FormatBytes, ThreeSignificantDigitsInBinaryUnits) {
   EXPECT_EQ(format_bytes(int64_t{37} * 1024 * 1024 + 200 * 1024), "37.2 MiB");
   EXPECT_EQ(format_bytes(int64_t{2} << 30), "2.00 GiB");
   EXPECT_EQ(format_bytes(-2048), "-2.00 KiB");
+  // The digits are counted on the rounded value: where rounding reaches the
+  // next decade or 1024, one decimal fewer or the next unit.
+  EXPECT_EQ(format_bytes(10239), "10.0 KiB");
+  EXPECT_EQ(format_bytes(102399), "100 KiB");
+  EXPECT_EQ(format_bytes(1048575), "1.00 MiB");
+  EXPECT_EQ(format_bytes(-1048575), "-1.00 MiB");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+  EXPECT_EQ(format_bytes(INT64_MAX), "8.00 EiB");
 }
 
 }  // namespace
