@@ -247,6 +247,19 @@ TEST(PairedRatio, RefusesSeriesThatCannotBePaired) {
     EXPECT_NE(std::string(error.what()).find("3 and 2"), std::string::npos)
         << error.what();
   }
+  // A bad compared time is named as such, not as the (valid) baseline's.
+  for (const double bad : {-1.0, std::nan("")}) {
+    try {
+      paired_ratio({1, bad, 3}, {1, 2, 3});
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const std::invalid_argument& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("compared times, got"), std::string::npos)
+          << message;
+      EXPECT_EQ(message.find("baseline"), std::string::npos) << message;
+      EXPECT_NE(message.find("round 1"), std::string::npos) << message;
+    }
+  }
 }
 
 TEST(Runner, AdaptiveModeAddsRoundsUpToItsLimitAndSaysWhetherItConverged) {

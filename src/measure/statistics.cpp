@@ -44,11 +44,18 @@ RatioInterval paired_ratio(
   std::vector<double> ratios;
   ratios.reserve(compared.size());
   for (size_t round = 0; round < compared.size(); ++round) {
-    if (!(baseline[round] > 0) || !(compared[round] >= 0)) {
+    if (!(baseline[round] > 0)) {
       throw std::invalid_argument(
           "remat::measure::paired_ratio: expected positive baseline times, "
           "got " +
           std::to_string(baseline[round]) + " in round " +
+          std::to_string(round));
+    }
+    if (!(compared[round] >= 0)) {
+      throw std::invalid_argument(
+          "remat::measure::paired_ratio: expected non-negative compared "
+          "times, got " +
+          std::to_string(compared[round]) + " in round " +
           std::to_string(round));
     }
     ratios.push_back(compared[round] / baseline[round]);

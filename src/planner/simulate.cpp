@@ -111,7 +111,13 @@ bool Replay::recorded(int64_t stage) const {
 }
 
 bool Replay::recorded_selectively(int64_t stage) const {
-  return recorded(stage) && recorded_[stage] == kSelectiveRecord;
+  if (stage < 0 || stage >= chain_->size()) {
+    throw std::out_of_range(
+        "remat::planner::Replay::recorded_selectively: stage " +
+        std::to_string(stage) + " out of range [0, " +
+        std::to_string(chain_->size()) + ")");
+  }
+  return recorded_[stage] == kSelectiveRecord;
 }
 
 std::string Replay::apply(const Op& op) {

@@ -198,6 +198,16 @@ TEST(Replay, LeavesTheStateUnchangedOnABadOp) {
   EXPECT_EQ(replay.holding(1), Replay::Holding::kInRecord);
   EXPECT_TRUE(replay.recorded(0));
   EXPECT_FALSE(replay.recorded_selectively(0));
+  try {
+    (void)replay.recorded_selectively(-1);
+    ADD_FAILURE() << "no error";
+  } catch (const std::out_of_range& error) {
+    EXPECT_NE(
+        std::string(error.what())
+            .find("Replay::recorded_selectively: stage -1"),
+        std::string::npos)
+        << error.what();
+  }
 }
 
 }  // namespace
