@@ -223,4 +223,26 @@ TEST(ChoosePlan, TheRulesHoldOnAGraph) {
   expect_plan_within_refuses_below_the_minimum(graph);
 }
 
+// Budget::none() gives the store-all plan, also on a chain of no bytes (a
+// valid chain: its store-all peak is 0, which is no budget a solver takes).
+TEST(PlanWithin, NoneGivesTheStoreAllPlanOnAChainOfNoBytes) {
+  const remat::planner::Chain chain(
+      {remat::planner::StageCost{1, 2, 0, 0}}, /*input_bytes=*/0);
+  EXPECT_EQ(
+      remat::plan_within(chain, Budget::none()),
+      remat::planner::solve_store_all(chain));
+  EXPECT_EQ(
+      remat::choose_plan(
+          chain,
+          Strategy::parse("optimal"),
+          Budget::none(),
+          BudgetOrigin::kGiven)
+          .plan,
+      remat::planner::solve_store_all(chain));
+  const remat::planner::Graph graph = remat::planner::graph_of(chain);
+  EXPECT_EQ(
+      remat::plan_within(graph, Budget::none()),
+      remat::planner::solve_store_all(graph));
+}
+
 }  // namespace

@@ -1,6 +1,7 @@
 // plan_choice.cpp: choose_plan and plan_within (rules in remat/plan_choice.h).
 #include "remat/plan_choice.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -132,8 +133,8 @@ PlanChoice choose_plan(
   const auto solve_at = [&](int64_t bytes) {
     return planner::solve(chain, strategy, bytes, solver);
   };
-  std::optional<planner::Plan> plan =
-      solve_at(choice.budget_bytes.value_or(choice.store_all_peak_bytes));
+  std::optional<planner::Plan> plan = solve_at(choice.budget_bytes.value_or(
+      std::max<int64_t>(1, choice.store_all_peak_bytes)));
   if (!plan && origin == BudgetOrigin::kDefault && choice.budget_bytes &&
       *choice.budget_bytes < choice.store_all_peak_bytes) {
     // A default must work on any model: raised to the least budget this
@@ -170,7 +171,8 @@ PlanChoice choose_plan(
       graph,
       planner::solve_optimal(
           graph,
-          choice.budget_bytes.value_or(choice.store_all_peak_bytes),
+          choice.budget_bytes.value_or(
+              std::max<int64_t>(1, choice.store_all_peak_bytes)),
           solver),
       "optimal");
   return choice;
