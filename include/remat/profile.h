@@ -118,7 +118,8 @@ planner::Chain profile_chain(
 /// parameter gradients of the stages' modules, and the RNG state.
 ///
 /// Throws c10::Error if `stages` is empty, a stage has no forward, `sample`
-/// is undefined, or warmup < 0 or repeats < 1.
+/// is undefined, warmup < 0, repeats < 1 or cold_write_max_bytes < 0, or as
+/// model_state_of().
 planner::Chain profile_chain(
     const std::vector<Stage>& stages,
     const torch::Tensor& sample,

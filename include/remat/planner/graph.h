@@ -107,7 +107,8 @@ class Graph {
 };
 
 /// The chain `chain` as a graph (stage i reads stage i - 1), its model
-/// state and cold-write cost included.
+/// state and cold-write cost included. Throws std::invalid_argument if the
+/// chain has resident bytes (Chain::resident_bytes > 0: graphs have none).
 Graph graph_of(const Chain& chain);
 
 /// Graphs are equal when their costs, inputs, model states and cold-write
