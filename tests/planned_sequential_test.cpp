@@ -11,6 +11,7 @@
 // and within the budget. The worst measured/predicted ratio per model is
 // printed.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <iostream>
@@ -18,6 +19,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -792,6 +794,85 @@ TEST(Explain, AlignsItsColumnsForLongChains) {
         std::to_string(op.stage) + " ";
     EXPECT_NE(row.find(" " + label), std::string::npos) << row;
   }
+}
+
+// A forward that needs no gradient (evaluation under NoGradGuard, on a data
+// or validation thread) runs the Sequential plainly: it must neither re-plan
+// (profile_chain writes the parameters' .grad, the buffers and the RNG while
+// it runs) nor refuse another shape.
+TEST(PlannedSequential, EvaluationOfAnotherShapeNeitherReplansNorThrows) {
+  torch::manual_seed(6);
+  torch::nn::Sequential model(
+      torch::nn::Linear(32, 32),
+      torch::nn::Tanh(),
+      torch::nn::Linear(32, 32),
+      torch::nn::Tanh(),
+      torch::nn::Linear(32, 32),
+      torch::nn::Tanh());
+  const torch::Tensor train_input = torch::randn({8, 32});
+  const torch::Tensor eval_input = torch::randn({5, 32});
+  for (const auto policy :
+       {remat::ShapePolicy::kError, remat::ShapePolicy::kReplan}) {
+    auto net = remat::auto_checkpoint(
+        model,
+        train_input,
+        remat::Budget::fraction(1.0),
+        remat::AutoCheckpointOptions().on_shape_change(policy));
+    const Plan plan = net->plan();
+    torch::NoGradGuard no_grad;
+    torch::Tensor expected = model->forward(eval_input);
+    torch::Tensor actual;
+    EXPECT_NO_THROW(actual = net->forward(eval_input));
+    EXPECT_TRUE(remat::testing::bitwise_equal(expected, actual));
+    EXPECT_EQ(net->plans_by_shape().size(), 1u);
+    EXPECT_EQ(net->plan(), plan);
+    EXPECT_EQ(net->options.input_shape(), train_input.sizes().vec());
+  }
+}
+
+TEST(PlannedSequential, EvaluationOnAnotherThreadLeavesTrainingGradientsExact) {
+  torch::manual_seed(6);
+  torch::nn::Sequential model(
+      torch::nn::Linear(64, 64),
+      torch::nn::Tanh(),
+      torch::nn::Linear(64, 64),
+      torch::nn::Tanh(),
+      torch::nn::Linear(64, 64),
+      torch::nn::Tanh());
+  const torch::Tensor x = torch::randn({32, 64});
+  auto zero_grads = [&] {
+    for (auto& p : model->parameters()) {
+      p.mutable_grad() = torch::Tensor();
+    }
+  };
+  for (int warm = 0; warm < 2; ++warm) {
+    zero_grads();
+    model->forward(x).pow(2).sum().backward();
+  }
+  const auto expected = remat::testing::grads_of(*model);
+  auto net = remat::auto_checkpoint(
+      model,
+      x,
+      remat::Budget::fraction(1.0),
+      remat::AutoCheckpointOptions().on_shape_change(
+          remat::ShapePolicy::kReplan));
+  std::atomic<bool> stop{false};
+  std::thread evaluation([&] {
+    torch::NoGradGuard no_grad;
+    for (int64_t batch = 1; !stop; batch = batch % 31 + 1) {
+      (void)net->forward(torch::ones({batch, 64}));
+    }
+  });
+  for (int step = 0; step < 20; ++step) {
+    zero_grads();
+    net->forward(x).pow(2).sum().backward();
+    remat::testing::expect_all_bitwise_equal(
+        expected,
+        remat::testing::grads_of(*model),
+        "step " + std::to_string(step));
+  }
+  stop = true;
+  evaluation.join();
 }
 
 }  // namespace

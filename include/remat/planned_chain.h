@@ -172,9 +172,10 @@ class PlannedChainImpl : public torch::nn::Module {
       planner::Plan plan,
       PlannedChainOptions options = {});
 
-  /// Runs the plan (training) or the stages plainly (no grad needed).
-  /// Throws c10::Error on an input shape other than options.input_shape
-  /// under ShapePolicy::kError.
+  /// Runs the plan (training) or the stages plainly (no grad needed: any
+  /// shape, nothing re-planned, the module's plan state untouched).
+  /// Throws c10::Error on a training input of a shape other than
+  /// options.input_shape under ShapePolicy::kError.
   torch::Tensor forward(const torch::Tensor& input);
 
   /// "remat::PlannedChain(stages=4, ops=8, plan=R0 R1 R2 R3 B3 B2 B1 B0)".

@@ -68,10 +68,11 @@ class PlannedSequentialImpl
       planner::Plan plan,
       PlannedSequentialOptions options = {});
 
-  /// Runs the plan (training) or the plain Sequential (no grad needed).
-  /// Throws c10::Error on an input shape other than options.input_shape
-  /// under ShapePolicy::kError, or if the Sequential's size changed since
-  /// construction or reset().
+  /// Runs the plan (training) or the plain Sequential (no grad needed: any
+  /// shape, nothing re-planned, the module's plan state untouched).
+  /// Throws c10::Error on a training input of a shape other than
+  /// options.input_shape under ShapePolicy::kError, or if the Sequential's
+  /// size changed since construction or reset().
   torch::Tensor forward(const torch::Tensor& input);
 
   /// Binds the plan to the Sequential's children again (after a push_back)

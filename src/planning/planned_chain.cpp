@@ -180,6 +180,17 @@ torch::Tensor planned_forward(
     const torch::Tensor& input) {
   TORCH_CHECK(
       input.defined(), who, "::forward: expected a defined input tensor");
+  // A forward that needs no gradient runs the stages plainly, whatever the
+  // shape: it needs no plan, so it neither re-plans nor touches the module's
+  // plan state. An evaluation (model->eval() under torch::NoGradGuard, a
+  // last batch of another size) must not profile the model, which writes the
+  // parameters' .grad and the RNG state while it runs: under another thread's
+  // training step those writes change its gradients.
+  const bool needs_grad =
+      input.requires_grad() || any_parameter_requires_grad(owner);
+  if (!c10::GradMode::is_enabled() || !needs_grad) {
+    return run_stages(*run.stages, input);
+  }
   if (!options.input_shape().empty() &&
       input.sizes() != c10::IntArrayRef(options.input_shape())) {
     TORCH_CHECK(
@@ -217,11 +228,6 @@ torch::Tensor planned_forward(
             ? std::nullopt
             : std::optional<planner::Chain>(chain->second));
     options.input_shape(std::move(shape));
-  }
-  const bool needs_grad =
-      input.requires_grad() || any_parameter_requires_grad(owner);
-  if (!c10::GradMode::is_enabled() || !needs_grad) {
-    return run_stages(*run.stages, input);
   }
   std::shared_ptr<StageTimes> times;
   if (options.self_correct()) {
