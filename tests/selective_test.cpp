@@ -6,6 +6,7 @@
 // backward), and the tracking allocator (memory ordered by what is kept).
 #include <atomic>
 #include <optional>
+#include <thread>
 
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
@@ -774,6 +775,75 @@ TEST(SelectiveCheckpoint, AnOffloadGuardInsideTheRegionPacksLikeTheForward) {
       EXPECT_TRUE(torch::equal(plain.second, checkpointed.second));
     }
   }
+}
+
+// Another thread drawing from the default CPU generator while a region with a
+// policy runs must not make ATen operators look random: they would be left
+// out of the policy (never asked, never kept) and the region would silently
+// recompute everything.
+TEST(SelectiveThreads, AnotherThreadsRandomDrawsDoNotDisableThePolicy) {
+  torch::manual_seed(3);
+  torch::nn::Sequential model(
+      torch::nn::Linear(256, 256),
+      torch::nn::Tanh(),
+      torch::nn::Linear(256, 256),
+      torch::nn::Tanh());
+  const auto x = torch::randn({64, 256});
+  // The reference is the second plain step: the process's first one may run
+  // before LibTorch's intra-op pool is set up, with other reduction orders.
+  for (int warm = 0; warm < 2; ++warm) {
+    for (auto& p : model->parameters()) {
+      p.mutable_grad() = torch::Tensor();
+    }
+    model->forward(x).pow(2).sum().backward();
+  }
+  const auto expected = grads_of(*model);
+
+  auto asked_in_forward = [&](bool other_thread_draws) {
+    std::atomic<int> asked{0};
+    const Policy save_addmm = policies::save_ops({"aten::addmm"});
+    const Policy counting = [&](const OpContext& context) {
+      if (!context.is_recompute) {
+        ++asked;
+      }
+      return save_addmm(context);
+    };
+    std::atomic<bool> stop{false};
+    std::atomic<bool> drawing{false};
+    std::optional<std::thread> drawer;
+    if (other_thread_draws) {
+      drawer.emplace([&] {
+        while (!stop) {
+          (void)torch::rand({16});
+          drawing = true;
+        }
+      });
+      while (!drawing) {
+        std::this_thread::yield();
+      }
+    }
+    for (int step = 0; step < 20; ++step) {
+      for (auto& p : model->parameters()) {
+        p.mutable_grad() = torch::Tensor();
+      }
+      remat::checkpoint(model, x, CheckpointOptions().policy(counting))
+          .pow(2)
+          .sum()
+          .backward();
+      remat::testing::expect_all_bitwise_equal(
+          expected,
+          grads_of(*model),
+          other_thread_draws ? "noisy step" : "quiet step");
+    }
+    stop = true;
+    if (drawer) {
+      drawer->join();
+    }
+    return asked.load();
+  };
+  const int quiet = asked_in_forward(false);
+  EXPECT_GT(quiet, 0);
+  EXPECT_EQ(asked_in_forward(true), quiet);
 }
 
 }  // namespace

@@ -323,7 +323,15 @@ void SelectiveRegion::forward_call(
   calls_.emplace_back();
   calls_.back().name = schema.name();
   calls_.back().first_pack = static_cast<int64_t>(packs_.size());
-  const CpuRngMark rng_before = cpu_rng_mark();
+  // NOTE: [Random calls and other threads] The default CPU generator is
+  // shared by every thread: another thread's draws move it too. ATen tags
+  // every operator that draws random numbers (nondeterministic_seeded; a
+  // composite one nests a tagged call), so the generator is watched only
+  // around other operators (a custom operator whose autograd kernel draws),
+  // where a draw of another thread may still mark a call random (it is then
+  // recomputed, which is only the policy's saving lost).
+  const bool watch_rng = schema.name().rfind("aten::", 0) != 0;
+  const CpuRngMark rng_before = watch_rng ? cpu_rng_mark() : CpuRngMark{};
   {
     open_.push_back(index);
     struct Close {
@@ -339,7 +347,7 @@ void SelectiveRegion::forward_call(
   call.end_call = static_cast<int64_t>(calls_.size());
   call.end_pack = static_cast<int64_t>(packs_.size());
   call.random = call.random || op.hasTag(at::Tag::nondeterministic_seeded) ||
-                !(cpu_rng_mark() == rng_before);
+                (watch_rng && !(cpu_rng_mark() == rng_before));
   if (call.random && !open_.empty()) {
     calls_[open_.back()].random = true;
   }
