@@ -240,13 +240,16 @@ TEST(PlannedGraph, AutoCheckpointPlansTheSampleShapeAndEvaluatesPlainly) {
         std::string::npos)
         << error.what();
   }
-  // Evaluation runs the stages plainly.
+  // Evaluation runs the stages plainly, at any shape, the plan untouched.
   torch::NoGradGuard no_grad;
-  torch::manual_seed(1);
-  const torch::Tensor expected = remat::run_graph(graph.stages, graph.input);
-  torch::manual_seed(1);
-  EXPECT_TRUE(
-      remat::testing::bitwise_equal(net->forward(graph.input), expected));
+  const remat::planner::Plan plan = net->plan();
+  for (const torch::Tensor& x : {graph.input, torch::randn({2, 2, 16, 16})}) {
+    torch::manual_seed(1);
+    const torch::Tensor expected = remat::run_graph(graph.stages, x);
+    torch::manual_seed(1);
+    EXPECT_TRUE(remat::testing::bitwise_equal(net->forward(x), expected));
+  }
+  EXPECT_EQ(net->plan(), plan);
 }
 
 TEST(PlannedGraph, RefusesBadGraphsNamingTheStage) {

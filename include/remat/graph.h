@@ -126,8 +126,9 @@ struct PlannedGraphOptions {
   /// sets it. Must have one stage per stage and the same inputs. Default:
   /// none.
   TORCH_ARG(std::optional<planner::Graph>, graph) = std::nullopt;
-  /// The input shape the plan was made for; an input of another shape is
-  /// an error naming both. Empty: any shape. auto_checkpoint sets it to the
+  /// The input shape the plan was made for; a training input of another
+  /// shape is an error naming both (a forward that needs no gradient runs
+  /// plainly at any shape). Empty: any shape. auto_checkpoint sets it to the
   /// sample's. Default: empty.
   TORCH_ARG(std::vector<int64_t>, input_shape) = {};
   /// The budget self-correction re-solves, resolved on the graph it
@@ -181,7 +182,9 @@ class PlannedGraphImpl : public torch::nn::Module {
       std::vector<GraphStage> stages,
       planner::Plan plan,
       PlannedGraphOptions options = {});
-  /// Runs the plan (training) or the stages plainly (no grad needed).
+  /// Runs the plan (training) or the stages plainly (no grad needed: any
+  /// shape, the plan in force untouched). Throws c10::Error on a training
+  /// input of a shape other than options.input_shape.
   torch::Tensor forward(const torch::Tensor& input);
   /// "remat::PlannedGraph(stages=9, ops=20, plan=R0 R1 ...)".
   void pretty_print(std::ostream& stream) const override;

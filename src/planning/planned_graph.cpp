@@ -119,6 +119,13 @@ torch::Tensor PlannedGraphImpl::forward(const torch::Tensor& input) {
   TORCH_CHECK(
       input.defined(),
       "remat::PlannedGraph::forward: expected a defined input tensor");
+  // A forward that needs no gradient (an evaluation) needs no plan: it runs
+  // the stages plainly at any shape, as PlannedChain's does.
+  const bool needs_grad =
+      input.requires_grad() || detail::any_parameter_requires_grad(*this);
+  if (!c10::GradMode::is_enabled() || !needs_grad) {
+    return run_graph(*stages_, input);
+  }
   if (!options_.input_shape().empty()) {
     TORCH_CHECK(
         input.sizes().vec() == options_.input_shape(),
@@ -126,11 +133,6 @@ torch::Tensor PlannedGraphImpl::forward(const torch::Tensor& input) {
         c10::IntArrayRef(options_.input_shape()),
         ", got ",
         input.sizes());
-  }
-  const bool needs_grad =
-      input.requires_grad() || detail::any_parameter_requires_grad(*this);
-  if (!c10::GradMode::is_enabled() || !needs_grad) {
-    return run_graph(*stages_, input);
   }
   std::shared_ptr<detail::StageTimes> times;
   if (options_.self_correct()) {
