@@ -31,6 +31,11 @@
 //
 // Profiling runs the model, so it leaves no trace: module buffers (BatchNorm
 // running statistics), parameter gradients and the RNG state are restored.
+// It is not for a model another thread is training meanwhile (that thread's
+// gradients, buffer updates and draws would be overwritten by the restore),
+// and its bytes are the process's (MemoryMeter): tensors another thread
+// allocates while it runs are counted in the stages' costs. Profiling the
+// graph of remat/graph.h (profile_graph) is the same.
 // Not supported: children that take or return anything but one Tensor; for
 // those, build a std::vector<Stage> (remat/stage.h) and profile that.
 #pragma once
