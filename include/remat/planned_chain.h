@@ -16,13 +16,16 @@
 // parameters' gradients already hold terms when a stage's backward adds its
 // own: a step after another without zero_grad, or one backward through two
 // forwards of the net: docs/planned_execution.md).
-// Under no-grad (evaluation) forward() runs the stages plainly.
+// Under no-grad (evaluation) forward() runs the stages plainly, at any input
+// shape, and changes nothing in the executor: evaluations may run on other
+// threads while one thread trains. Training forwards change the executor's
+// state (a re-plan, self-correction's timings): one thread at a time.
 //
 // Input shape: with options.input_shape set (auto_checkpoint sets it to the
-// sample's shape), an input of another shape is an error naming both shapes
-// (ShapePolicy::kError, the default) or re-profiles and re-solves the budget
-// for the new shape (ShapePolicy::kReplan; plans are kept by shape). See
-// docs/planned_execution.md.
+// sample's shape), a training input of another shape is an error naming
+// both shapes (ShapePolicy::kError, the default) or re-profiles and
+// re-solves the budget for the new shape (ShapePolicy::kReplan; plans are
+// kept by shape). See docs/planned_execution.md.
 //
 // Self-correction (options.self_correct): while training, the executor times
 // every stage's forwards and backwards (on CUDA it synchronizes the device at
