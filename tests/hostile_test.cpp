@@ -9,10 +9,12 @@
 //  - policies that answer out of range;
 //  - budgets at the limits of the integers;
 //  - signals to the launcher of local workers;
-//  - oversized and irregular chain files, bad flags.
+//  - oversized and irregular chain files, bad flags;
+//  - allocations that fail while a recomputation or a profile starts.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -1127,6 +1130,146 @@ TEST(HostileTool, BadFlagsAreNamedWithTheirValue) {
       "huge_budget");
   EXPECT_EQ(result.exit_code, 1) << result.err;  // a usage error
   EXPECT_NE(result.err.find("at most 1 EiB"), std::string::npos) << result.err;
+}
+
+// Allocation failures while remat prepares a recomputation or a profile
+// leave the caller's RNG state and gradients as they were.
+
+/// The process's address space limited to what it maps now plus `headroom`
+/// bytes while alive: a larger allocation fails with c10's out-of-memory
+/// error.
+class AddressSpaceLimit {
+ public:
+  /// Under AddressSanitizer, whose allocator maps memory of its own and
+  /// aborts when it cannot, the limit would kill the test: those tests skip.
+  static bool usable() {
+#if defined(__SANITIZE_ADDRESS__)
+    return false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    return false;
+#else
+    return true;
+#endif
+#else
+    return true;
+#endif
+  }
+  explicit AddressSpaceLimit(int64_t headroom) {
+    getrlimit(RLIMIT_AS, &saved_);
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    int64_t mapped = 0;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmSize:", 0) == 0) {
+        mapped = std::stoll(line.substr(7)) * 1024;
+      }
+    }
+    rlimit limited = saved_;
+    limited.rlim_cur = static_cast<rlim_t>(mapped + headroom);
+    setrlimit(RLIMIT_AS, &limited);
+  }
+  ~AddressSpaceLimit() {
+    setrlimit(RLIMIT_AS, &saved_);
+  }
+
+ private:
+  rlimit saved_{};
+};
+
+torch::Tensor cpu_rng_state() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+struct BigBufferImpl : torch::nn::Module {
+  BigBufferImpl() {
+    register_buffer("big", torch::zeros({int64_t{64} << 20}));  // 256 MiB
+    linear = register_module("linear", torch::nn::Linear(8, 8));
+    dropout = register_module("dropout", torch::nn::Dropout(0.5));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return dropout(torch::tanh(linear(x)));
+  }
+  torch::nn::Linear linear{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+};
+TORCH_MODULE(BigBuffer);
+
+class FailureInjection : public ::testing::TestWithParam<remat::Mode> {};
+
+// The recomputation backs up the module's buffers; when that backup cannot
+// be allocated, the backward fails with the allocator's error, and the RNG
+// state is the one before the backward (not the forward's, which would make
+// the next step draw the dropout masks of this one again).
+TEST_P(FailureInjection, AFailedBufferBackupLeavesTheRngStateAsItWas) {
+  if (!AddressSpaceLimit::usable()) {
+    GTEST_SKIP() << "an address-space limit under AddressSanitizer";
+  }
+  BigBuffer module;
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({4, 8}, torch::requires_grad());
+  const torch::Tensor loss =
+      remat::checkpoint(module, x, remat::CheckpointOptions().mode(GetParam()))
+          .sum();
+  const torch::Tensor before = cpu_rng_state();
+  std::string message;
+  {
+    const AddressSpaceLimit limit(int64_t{32} << 20);
+    message = remat::testing::error_message_of([&] { loss.backward(); });
+  }
+  EXPECT_NE(message.find("can't allocate memory"), std::string::npos)
+      << message;
+  EXPECT_TRUE(remat::testing::bitwise_equal(before, cpu_rng_state()));
+  EXPECT_FALSE(remat::is_recomputing());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes,
+    FailureInjection,
+    remat::testing::both_modes(),
+    remat::testing::mode_test_name);
+
+struct HugeParameterImpl : torch::nn::Module {
+  HugeParameterImpl() {
+    weight = register_parameter("weight", torch::zeros({int64_t{64} << 20}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return x * weight[0];
+  }
+  torch::Tensor weight;
+};
+TORCH_MODULE(HugeParameter);
+
+// The profiler preallocates every parameter's gradient; when one cannot be
+// allocated, the gradients the caller had (accumulated over earlier
+// micro-batches) are still there, not zeros.
+TEST(FailureInjectionProfile, AFailedGradientAllocationKeepsTheCallersGrads) {
+  if (!AddressSpaceLimit::usable()) {
+    GTEST_SKIP() << "an address-space limit under AddressSanitizer";
+  }
+  torch::manual_seed(0);
+  torch::nn::Linear small(8, 8);
+  HugeParameter huge;
+  const torch::Tensor x = torch::randn({4, 8});
+  small(x).sum().backward();
+  const torch::Tensor grad = small->weight.grad().clone();
+  const std::vector<remat::Stage> stages{
+      {[&](const torch::Tensor& t) { return small(t); }, small.ptr()},
+      {[&](const torch::Tensor& t) { return huge(t); }, huge.ptr()}};
+  std::string message;
+  {
+    const AddressSpaceLimit limit(int64_t{32} << 20);
+    message = remat::testing::error_message_of([&] {
+      remat::profile_chain(
+          stages, x, remat::ProfileOptions().cold_write_max_bytes(0));
+    });
+  }
+  EXPECT_NE(message.find("can't allocate memory"), std::string::npos)
+      << message;
+  EXPECT_TRUE(remat::testing::bitwise_equal(grad, small->weight.grad()));
+  EXPECT_FALSE(huge->weight.grad().defined());
 }
 
 }  // namespace

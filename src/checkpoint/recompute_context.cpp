@@ -72,7 +72,6 @@ int64_t own_buffer_bytes(
   return bytes;
 }
 
-
 ModuleMode::ModuleMode(
     const std::vector<std::shared_ptr<torch::nn::Module>>& modules) {
   for (const auto& module : modules) {
@@ -196,11 +195,11 @@ RecomputeGuard::RecomputeGuard(
     const RecomputeContext& replay,
     const std::vector<std::shared_ptr<torch::nn::Module>>& modules)
     : ambient_autocast_(compat::AutocastState::capture()) {
-  for (auto saved : replay.rng_states_) {
-    ambient_rng_.push_back(RecomputeContext::capture(saved.generator));
-    RecomputeContext::restore(saved);
-  }
-  replay.autocast_.apply();
+  // A constructor that throws runs no destructor: everything that can fail
+  // (the buffer backups allocate as much as the buffers, an out-of-memory
+  // error is a c10::Error) comes before the first change of the thread's or
+  // the process's state (RNG, autocast, is_recomputing()). Members (the
+  // backups, the module mode) are undone by their own destructors.
   {
     c10::NoGradGuard no_grad;
     if (replay.written_) {  // NOTE: [Recompute and module state]
@@ -220,6 +219,19 @@ RecomputeGuard::RecomputeGuard(
       }
     }
   }
+  std::vector<RecomputeContext::GeneratorState> replayed(
+      replay.rng_states_.begin(), replay.rng_states_.end());
+  ambient_rng_.reserve(replayed.size());
+  for (const auto& saved : replayed) {
+    ambient_rng_.push_back(RecomputeContext::capture(saved.generator));
+  }
+  if (replay.module_mode_) {
+    module_mode_.emplace(*replay.module_mode_);
+  }
+  for (auto& saved : replayed) {
+    RecomputeContext::restore(saved);
+  }
+  replay.autocast_.apply();
   // The recomputation is an autocast region of its own, as torch.autocast's
   // context manager around PyTorch's recomputation is: counted in autocast's
   // nesting depth, so that when it runs outside every autocast region
@@ -228,9 +240,6 @@ RecomputeGuard::RecomputeGuard(
   // reused, stale, by the next step's forward after optimizer.step().
   at::autocast::increment_nesting();
   ++recompute_depth;
-  if (replay.module_mode_) {
-    module_mode_.emplace(*replay.module_mode_);
-  }
 }
 
 RecomputeGuard::~RecomputeGuard() {
