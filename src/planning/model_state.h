@@ -31,10 +31,17 @@ class ModelStateGuard {
       }
       for (auto& parameter : module->parameters(/*recurse=*/true)) {
         grads_.emplace_back(parameter, parameter.grad());
-        if (parameter.requires_grad()) {
-          parameter.mutable_grad() = torch::zeros_like(parameter);
-        }
       }
+    }
+    // Allocated before any gradient is replaced: a constructor that throws
+    // (out of memory) runs no destructor, and must leave the caller's
+    // gradients as they were.
+    std::vector<torch::Tensor> zeros;
+    zeros.reserve(grads_.size());
+    for (const auto& [parameter, grad] : grads_) {
+      zeros.push_back(
+          parameter.requires_grad() ? torch::zeros_like(parameter)
+                                    : torch::Tensor());
     }
     std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
     if (device.is_cuda()) {
@@ -44,6 +51,11 @@ class ModelStateGuard {
       at::Generator generator = at::globalContext().defaultGenerator(each);
       std::lock_guard<std::mutex> lock(generator.mutex());
       rng_.emplace_back(generator, generator.get_state());
+    }
+    for (size_t i = 0; i < grads_.size(); ++i) {
+      if (zeros[i].defined()) {
+        grads_[i].first.mutable_grad() = std::move(zeros[i]);
+      }
     }
   }
   ~ModelStateGuard() {
