@@ -796,19 +796,23 @@ TEST(Explain, AlignsItsColumnsForLongChains) {
   }
 }
 
+/// Three Linear(width, width) + Tanh layers.
+torch::nn::Sequential three_tanh_layers(int64_t width) {
+  torch::nn::Sequential model;
+  for (int layer = 0; layer < 3; ++layer) {
+    model->push_back(torch::nn::Linear(width, width));
+    model->push_back(torch::nn::Tanh());
+  }
+  return model;
+}
+
 // A forward that needs no gradient (evaluation under NoGradGuard, on a data
 // or validation thread) runs the Sequential plainly: it must neither re-plan
 // (profile_chain writes the parameters' .grad, the buffers and the RNG while
 // it runs) nor refuse another shape.
 TEST(PlannedSequential, EvaluationOfAnotherShapeNeitherReplansNorThrows) {
   torch::manual_seed(6);
-  torch::nn::Sequential model(
-      torch::nn::Linear(32, 32),
-      torch::nn::Tanh(),
-      torch::nn::Linear(32, 32),
-      torch::nn::Tanh(),
-      torch::nn::Linear(32, 32),
-      torch::nn::Tanh());
+  torch::nn::Sequential model = three_tanh_layers(32);
   const torch::Tensor train_input = torch::randn({8, 32});
   const torch::Tensor eval_input = torch::randn({5, 32});
   for (const auto policy :
@@ -832,13 +836,7 @@ TEST(PlannedSequential, EvaluationOfAnotherShapeNeitherReplansNorThrows) {
 
 TEST(PlannedSequential, EvaluationOnAnotherThreadLeavesTrainingGradientsExact) {
   torch::manual_seed(6);
-  torch::nn::Sequential model(
-      torch::nn::Linear(64, 64),
-      torch::nn::Tanh(),
-      torch::nn::Linear(64, 64),
-      torch::nn::Tanh(),
-      torch::nn::Linear(64, 64),
-      torch::nn::Tanh());
+  torch::nn::Sequential model = three_tanh_layers(64);
   const torch::Tensor x = torch::randn({32, 64});
   auto zero_grads = [&] {
     for (auto& p : model->parameters()) {
