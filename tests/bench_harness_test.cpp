@@ -316,5 +316,25 @@ TEST(RegisterScenario, RejectsASecondScenarioOfTheSameName) {
       std::logic_error);
 }
 
+// From 1075 rounds on, 0.5^n underflows to 0: the binomial terms must not
+// all become 0 (which collapsed the interval onto the median with a claimed
+// coverage of 1, and so "excluded 1" for ratios spread evenly around 1).
+TEST(PairedRatio, KeepsAnIntervalForThousandsOfRounds) {
+  for (const int n : {1074, 1075, 2000, 5000}) {
+    SCOPED_TRACE(n);
+    std::vector<double> compared, baseline(static_cast<size_t>(n), 1.0);
+    for (int i = 0; i < n; ++i) {
+      compared.push_back(0.5 + static_cast<double>(i) / n);  // 0.5 .. 1.5
+    }
+    const RatioInterval ratio = paired_ratio(compared, baseline);
+    EXPECT_TRUE(ratio.has_interval);
+    EXPECT_LT(ratio.low, 0.99);  // about 1 -+ 1.96 * 0.5 / sqrt(n) * ...
+    EXPECT_GT(ratio.high, 1.0);
+    EXPECT_FALSE(ratio.excludes_one());
+    EXPECT_GE(ratio.coverage, 0.95);
+    EXPECT_LT(ratio.coverage, 0.97);
+  }
+}
+
 }  // namespace
 }  // namespace remat::bench

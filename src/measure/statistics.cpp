@@ -73,18 +73,25 @@ RatioInterval paired_ratio(
   // taken; if even k = 1 (the whole range) covers less, there is no interval
   // at this confidence with so few rounds.
   const int64_t n = interval.rounds;
+  // P(X = j) = C(n, j) / 2^n, computed from its logarithm: 0.5^n itself
+  // underflows to 0 from n = 1075 on, which made every term 0 and the
+  // interval collapse onto the median with a claimed coverage of 1.
+  const auto probability = [n](int64_t j) {
+    return std::exp(
+        std::lgamma(static_cast<double>(n) + 1) -
+        std::lgamma(static_cast<double>(j) + 1) -
+        std::lgamma(static_cast<double>(n - j) + 1) -
+        static_cast<double>(n) * std::log(2.0));
+  };
   double below = 0;  // P(X < k) for the current k, starting at k = 1
-  double term = std::pow(0.5, static_cast<double>(n));  // P(X = 0)
   int64_t k = 0;
   for (int64_t candidate = 1; 2 * candidate <= n + 1; ++candidate) {
-    below += term;  // now P(X < candidate) = P(X <= candidate - 1)
+    below += probability(candidate - 1);  // now P(X < candidate)
     if (1 - 2 * below < confidence) {
       break;
     }
     k = candidate;
     interval.coverage = 1 - 2 * below;
-    term *= static_cast<double>(n - (candidate - 1)) /
-            static_cast<double>(candidate);  // P(X = candidate)
   }
   if (k == 0) {
     interval.low = ratios.front();
