@@ -697,6 +697,30 @@ TEST(ShardedStages, StagesRunInsideWithFullParametersKeepItsWrites) {
   expect_no_errors(errors);
 }
 
+// with_full_parameters() inside with_full_parameters(): the inner call must
+// not free the parameters the outer `use` goes on reading (it crashed).
+TEST(ShardedStages, WithFullParametersNests) {
+  torch::manual_seed(4);
+  torch::nn::Linear layer(3, 3);
+  const torch::Tensor expected = layer->weight.detach().clone();
+  bool holds_memory = false;
+  torch::Tensor seen;
+  const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
+    dist::ShardedStages sharded(
+        remat::stages_of(torch::nn::Sequential(layer)), group);
+    sharded.with_full_parameters([&] {
+      sharded.with_full_parameters([] {});
+      holds_memory = layer->weight.storage().data() != nullptr;
+      if (holds_memory) {
+        seen = layer->weight.detach().clone();
+      }
+    });
+  });
+  expect_no_errors(errors);
+  ASSERT_TRUE(holds_memory) << "the inner call freed the outer's parameters";
+  EXPECT_TRUE(torch::equal(seen, expected)) << seen;
+}
+
 // Ranks whose parameters differ would run collectives of different sizes
 // (Gloo aborts the process, or a rank takes a partial sum): refused on every
 // rank, naming both layouts.
@@ -800,6 +824,78 @@ TEST(GradientSync, RefusesAParameterFrozenOrUnfrozenAfterConstruction) {
     }
   });
   expect_no_errors(errors);
+}
+
+// Gloo (LibTorch 1.13) cannot sum or broadcast bfloat16; GradientSync and
+// ShardedStages accept bfloat16 parameters, so they must carry them in a
+// form Gloo handles (it failed every step, blaming a peer).
+TEST(GradientSync, AveragesBFloat16Gradients) {
+  for (const int64_t ranks : {1, 2}) {
+    std::vector<torch::Tensor> grads(static_cast<size_t>(ranks));
+    const auto errors = run_ranks(ranks, [&](dist::ProcessGroup& group) {
+      torch::Tensor p = torch::ones({4}, torch::kBFloat16).requires_grad_(true);
+      dist::GradientSync sync({p}, group);
+      (p * static_cast<double>(group.rank() + 1)).sum().backward();
+      sync.finish();
+      grads[group.rank()] = p.grad();
+    });
+    expect_no_errors(errors);
+    const double average = (static_cast<double>(ranks) + 1) / 2;
+    for (const torch::Tensor& grad : grads) {
+      ASSERT_TRUE(grad.defined());
+      EXPECT_EQ(grad.scalar_type(), torch::kBFloat16);
+      EXPECT_TRUE(
+          torch::equal(grad, torch::full({4}, average, torch::kBFloat16)))
+          << grad;
+    }
+  }
+}
+
+TEST(ShardedStages, TrainsBFloat16Units) {
+  torch::manual_seed(6);
+  torch::nn::Linear initial(4, 3);
+  initial->to(torch::kBFloat16);
+  const std::vector<torch::Tensor> inputs = {
+      torch::randn({2, 4}).to(torch::kBFloat16),
+      torch::randn({2, 4}).to(torch::kBFloat16)};
+  // The reference: each rank's plain gradient, averaged.
+  std::vector<torch::Tensor> outputs(2), plain(2);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    auto copy =
+        std::dynamic_pointer_cast<torch::nn::LinearImpl>(initial->clone());
+    outputs[rank] = copy->forward(inputs[rank]).detach();
+    copy->forward(inputs[rank]).sum().backward();
+    plain[rank] =
+        torch::cat({copy->weight.grad().reshape(-1), copy->bias.grad()})
+            .to(torch::kFloat);
+  }
+  const torch::Tensor average = (plain[0] + plain[1]) / 2;
+  std::vector<torch::nn::Linear> layers;
+  for (int rank = 0; rank < 2; ++rank) {
+    layers.emplace_back(
+        std::dynamic_pointer_cast<torch::nn::LinearImpl>(initial->clone()));
+  }
+  std::vector<torch::Tensor> forward(2), shard_grads(2);
+  const auto errors = run_ranks(2, [&](dist::ProcessGroup& group) {
+    const auto rank = static_cast<size_t>(group.rank());
+    dist::ShardedStages sharded(
+        remat::stages_of(torch::nn::Sequential(layers[rank])), group);
+    const torch::Tensor output = sharded.sequential()->forward(inputs[rank]);
+    forward[rank] = output.detach().clone();
+    output.sum().backward();
+    sharded.finish();
+    shard_grads[rank] = sharded.shards()[0].grad().to(torch::kFloat);
+  });
+  expect_no_errors(errors);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(forward[rank].defined());
+    EXPECT_TRUE(torch::equal(forward[rank], outputs[rank])) << forward[rank];
+  }
+  ASSERT_TRUE(shard_grads[0].defined() && shard_grads[1].defined());
+  const torch::Tensor sharded_average =
+      torch::cat(shard_grads).narrow(0, 0, average.numel());
+  EXPECT_TRUE(torch::allclose(sharded_average, average, 1e-2, 1e-2))
+      << sharded_average << average;
 }
 
 TEST(GradientSync, RemovesItsHooksWhenDestroyed) {
@@ -925,6 +1021,29 @@ TEST(GroupOptionsFromEnv, ReadsTheFourVariablesAndNamesBadOnes) {
   }
 }
 
+// A variable that is set but empty is named as empty, not as unset, and an
+// empty WORLD_SIZE names no group (as group_options_from_env reads it).
+TEST(GroupOptionsFromEnv, NamesAnEmptyVariableAsEmpty) {
+  ScopedEnv rank("RANK", "0");
+  ScopedEnv world("WORLD_SIZE", "1");
+  ScopedEnv addr("MASTER_ADDR", "");
+  ScopedEnv port("MASTER_PORT", "2345");
+  const std::string message = thrown_by([] { dist::group_options_from_env(); });
+  EXPECT_NE(message.find("MASTER_ADDR is empty"), std::string::npos) << message;
+  ScopedEnv empty_world("WORLD_SIZE", "");
+  EXPECT_FALSE(dist::environment_names_a_group());
+}
+
+TEST(ProcessGroup, LocalSliceNamesAZeroDimensionalTensor) {
+  std::string message;
+  const auto errors = run_ranks(1, [&](dist::ProcessGroup& group) {
+    message = thrown_by([&] { dist::local_slice(torch::tensor(3), group); });
+  });
+  expect_no_errors(errors);
+  EXPECT_NE(message.find("got a 0-dimensional tensor"), std::string::npos)
+      << message;
+}
+
 TEST(ProcessGroup, RefusesBadOptionsNamingTheValue) {
   std::string message =
       thrown_by([] { dist::ProcessGroup(dist::GroupOptions().world_size(0)); });
@@ -938,6 +1057,29 @@ TEST(ProcessGroup, RefusesBadOptionsNamingTheValue) {
       [] { dist::ProcessGroup(dist::GroupOptions().master_port(0)); });
   EXPECT_NE(message.find("master port in [1, 65535], got 0"), std::string::npos)
       << message;
+}
+
+// A timeout that c10d's deadline arithmetic cannot hold (steady_clock in
+// nanoseconds overflows past about 290 years) is refused up front, naming
+// the value, instead of failing every rendezvous at once as a port in use.
+TEST(ProcessGroup, RefusesATimeoutTooLongToBeHeld) {
+  const std::string message = thrown_by([] {
+    dist::ProcessGroup(dist::GroupOptions()
+                           .master_port(dist::find_free_port())
+                           .timeout(std::chrono::milliseconds::max()));
+  });
+  EXPECT_NE(message.find("timeout of at most 100 years"), std::string::npos)
+      << message;
+  // A long timeout below the limit still works.
+  const auto errors = run_ranks(
+      2,
+      [](dist::ProcessGroup& group) {
+        torch::Tensor values = torch::ones({2});
+        group.allreduce_sum(values).wait();
+        EXPECT_TRUE(torch::equal(values, torch::full({2}, 2.0))) << values;
+      },
+      std::chrono::hours(24 * 365));
+  expect_no_errors(errors);
 }
 
 TEST(ProcessGroup, PortInUseNamesTheAddressAndPort) {
@@ -1107,6 +1249,44 @@ TEST(ShardedStages, RefusesFrozenParametersShardedAlready) {
   expect_no_errors(errors);
 }
 
+// Ranks that freeze different parameters of the same shapes give the same
+// shapes and dtypes of what they average or shard: the cross-rank check must
+// still tell them apart, or one rank's gradient of a parameter is averaged
+// with another rank's gradient of a different one.
+TEST(GradientSync, RefusesRanksThatFreezeDifferentParameters) {
+  std::vector<std::string> messages(2);
+  const auto errors = run_ranks(2, [&](dist::ProcessGroup& group) {
+    torch::Tensor a = torch::ones({3}).requires_grad_(group.rank() == 1);
+    torch::Tensor b = torch::ones({3}).requires_grad_(group.rank() == 0);
+    messages[group.rank()] = thrown_by([&] {
+      dist::GradientSync sync({a, b}, group);
+    });
+  });
+  expect_no_errors(errors);
+  for (const std::string& message : messages) {
+    EXPECT_NE(message.find("differs between ranks"), std::string::npos)
+        << message;
+  }
+}
+
+TEST(ShardedStages, RefusesRanksThatFreezeDifferentParameters) {
+  std::vector<std::string> messages(2);
+  const auto errors = run_ranks(2, [&](dist::ProcessGroup& group) {
+    // A module with two parameters of one shape (weight and bias, [2]):
+    // rank 0 freezes the weight, rank 1 the bias.
+    torch::nn::LayerNorm norm(torch::nn::LayerNormOptions({2}));
+    (group.rank() == 0 ? norm->weight : norm->bias).set_requires_grad(false);
+    messages[group.rank()] = thrown_by([&] {
+      dist::ShardedStages sharded(
+          remat::stages_of(torch::nn::Sequential(norm)), group);
+    });
+  });
+  expect_no_errors(errors);
+  for (const std::string& message : messages) {
+    EXPECT_NE(message.find("differs between ranks"), std::string::npos)
+        << message;
+  }
+}
 }  // namespace
 
 // ---- launch_local

@@ -169,12 +169,16 @@ struct GradientSync::State {
 
 namespace {
 
-/// The parameters' count, shapes and dtypes, for comparing ranks.
+/// The parameters' count, shapes, dtypes and which of them are frozen, for
+/// comparing ranks: ranks that freeze different parameters of the same
+/// shapes would otherwise average one rank's gradient of a parameter with
+/// another rank's gradient of a different one.
 std::string layout_of(const std::vector<torch::Tensor>& parameters) {
   std::ostringstream text;
   text << parameters.size() << " parameters:";
   for (const torch::Tensor& parameter : parameters) {
-    text << ' ' << parameter.scalar_type() << parameter.sizes();
+    text << ' ' << parameter.scalar_type() << parameter.sizes()
+         << (parameter.requires_grad() ? "" : " (frozen)");
   }
   return text.str();
 }
@@ -216,8 +220,9 @@ GradientSync::GradientSync(
     // sizes: Gloo aborts the process, or a rank "succeeds" with a partial
     // sum. One exchange through the store tells every rank instead.
     group.check_same(
-        "the parameters given to GradientSync (count, shapes, dtypes)",
-        layout_of(trained));
+        "the parameters given to GradientSync (count, shapes, dtypes, which "
+        "are frozen)",
+        layout_of(parameters));
   }
   state_ = std::make_unique<State>(std::move(group), std::move(trained));
   state_->given_index = std::move(given_index);
@@ -252,8 +257,13 @@ GradientSync::GradientSync(
   for (size_t bucket = 0; bucket < state.buckets.size(); ++bucket) {
     const torch::Tensor& first =
         state.parameters[state.buckets[bucket].members.front()];
+    // Gloo (LibTorch 1.13) cannot sum bfloat16: such buckets are summed in
+    // fp32, and the averages rounded to bfloat16 when added to the grads.
+    const auto wire = first.scalar_type() == torch::kBFloat16
+                          ? torch::kFloat
+                          : first.scalar_type();
     state.buckets[bucket].buffer =
-        torch::empty({bucket_elements[bucket]}, first.options());
+        torch::empty({bucket_elements[bucket]}, first.options().dtype(wire));
   }
   state.reset_step();
   state.last_started_in_backward = 0;
@@ -325,7 +335,8 @@ void GradientSync::finish() {
     if (parameter.grad().defined()) {
       parameter.mutable_grad().add_(average);
     } else {
-      parameter.mutable_grad() = average.clone();
+      parameter.mutable_grad() = average.to(
+          parameter.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
     }
   }
 }

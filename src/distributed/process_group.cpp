@@ -59,6 +59,10 @@ bool is_loopback(const std::string& address) {
          address.rfind("127.", 0) == 0;
 }
 
+/// The longest timeout a group accepts (NOTE in check_group_options).
+constexpr std::chrono::milliseconds kLongestTimeout =
+    std::chrono::hours(24 * 365 * 100);
+
 void check_group_options(const GroupOptions& options) {
   constexpr const char* kWho = "remat::distributed::ProcessGroup";
   TORCH_CHECK(
@@ -88,6 +92,17 @@ void check_group_options(const GroupOptions& options) {
       ": expected a positive timeout, got ",
       options.timeout().count(),
       " ms");
+  // c10d adds the timeout to steady_clock::now() in nanoseconds: beyond
+  // about 290 years (milliseconds::max(), say) that overflows into the past
+  // and every rendezvous fails at once, reported as a port in use.
+  TORCH_CHECK(
+      options.timeout() <= kLongestTimeout,
+      kWho,
+      ": expected a timeout of at most 100 years (",
+      kLongestTimeout.count(),
+      " ms), got ",
+      options.timeout().count(),
+      " ms");
 }
 
 constexpr const char* kFromEnv = "remat::distributed::group_options_from_env";
@@ -99,7 +114,8 @@ const char* required_env(const char* name) {
       kFromEnv,
       ": ",
       name,
-      " is not set (expected RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, "
+      text == nullptr ? " is not set" : " is empty",
+      " (expected RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, "
       "as torchrun or `remat train --nproc N` set them)");
   return text;
 }
@@ -198,7 +214,9 @@ GroupOptions group_options_from_env(GroupOptions defaults) {
 }
 
 bool environment_names_a_group() {
-  return std::getenv("WORLD_SIZE") != nullptr;
+  // As group_options_from_env reads it: an empty WORLD_SIZE names none.
+  const char* world_size = std::getenv("WORLD_SIZE");
+  return world_size != nullptr && *world_size != '\0';
 }
 
 int64_t find_free_port() {
@@ -491,12 +509,16 @@ void ProcessGroup::check_same(
 torch::Tensor local_slice(
     const torch::Tensor& global, const ProcessGroup& group) {
   TORCH_CHECK(
-      global.dim() >= 1 && global.size(0) % group.world_size() == 0,
+      global.dim() >= 1,
+      "remat::distributed::local_slice: expected a batch (a tensor of at "
+      "least one dimension), got a 0-dimensional tensor");
+  TORCH_CHECK(
+      global.size(0) % group.world_size() == 0,
       "remat::distributed::local_slice: expected a batch whose size divides "
       "by the world size ",
       group.world_size(),
       ", got ",
-      global.dim() >= 1 ? global.size(0) : int64_t{0},
+      global.size(0),
       " rows");
   const int64_t rows = global.size(0) / group.world_size();
   return global.narrow(0, group.rank() * rows, rows);

@@ -83,8 +83,9 @@ struct ShardedStages::State {
     torch::Tensor gradient;  // the flat full gradient, during backward
     bool gathered = false;
     bool in_backward = false;
-    /// Gathered by with_full_parameters(): not released until it returns.
-    bool held = false;
+    /// Calls of with_full_parameters() under way (they nest): not released
+    /// until the outermost one returns.
+    int64_t held = 0;
   };
 
   State(ProcessGroup group_in) : group(std::move(group_in)) {}
@@ -115,7 +116,7 @@ struct ShardedStages::State {
 
   /// Frees the unit's parameter memory (every view keeps the storage).
   void release(Unit& unit) {
-    if (!unit.gathered || unit.held) {
+    if (!unit.gathered || unit.held > 0) {
       return;
     }
     free_memory(unit.flat);
@@ -142,8 +143,14 @@ struct ShardedStages::State {
         .copy_(unit.shard.detach());
     for (int64_t root = 0; root < group.world_size(); ++root) {
       if (group.world_size() > 1) {
-        group.broadcast(
-            unit.flat.narrow(0, root * unit.shard_size, unit.shard_size), root);
+        torch::Tensor slice =
+            unit.flat.narrow(0, root * unit.shard_size, unit.shard_size);
+        // A broadcast copies bytes: bfloat16, which Gloo (LibTorch 1.13)
+        // refuses, travels as the same bytes seen as half.
+        if (slice.scalar_type() == torch::kBFloat16) {
+          slice = slice.view(torch::kHalf);
+        }
+        group.broadcast(slice, root);
       }
     }
     ++counts.gathers;
@@ -230,21 +237,27 @@ struct ShardedStages::State {
     }
     const int64_t world_size = group.world_size();
     const int64_t rank = group.rank();
+    torch::Tensor mine =
+        unit.gradient.narrow(0, rank * unit.shard_size, unit.shard_size);
     if (world_size > 1) {
+      // Gloo (LibTorch 1.13) cannot sum bfloat16: reduce an fp32 copy.
+      const bool widened = unit.gradient.scalar_type() == torch::kBFloat16;
+      const torch::Tensor wire =
+          widened ? unit.gradient.to(torch::kFloat) : unit.gradient;
       std::vector<Work> works;
       for (int64_t root = 0; root < world_size; ++root) {
         works.push_back(group.reduce_sum(
-            unit.gradient.narrow(0, root * unit.shard_size, unit.shard_size),
-            root));
+            wire.narrow(0, root * unit.shard_size, unit.shard_size), root));
       }
       for (Work& work : works) {
         work.wait();
       }
-    }
-    torch::Tensor mine =
-        unit.gradient.narrow(0, rank * unit.shard_size, unit.shard_size);
-    if (world_size > 1) {
-      mine.div_(static_cast<double>(world_size));
+      torch::Tensor summed =
+          wire.narrow(0, rank * unit.shard_size, unit.shard_size);
+      summed.div_(static_cast<double>(world_size));
+      if (widened) {
+        mine.copy_(summed);
+      }
     }
     if (unit.shard.grad().defined()) {
       unit.shard.mutable_grad().add_(mine);
@@ -393,20 +406,22 @@ ShardedStages::ShardedStages(std::vector<Stage> stages, ProcessGroup group)
   if (world_size > 1) {
     // Different units on different ranks would gather and reduce buffers of
     // different sizes: Gloo aborts the process or a rank reads garbage.
+    // Which parameters are frozen counts too: ranks that freeze different
+    // parameters of the same shapes would mix their values and gradients.
     std::ostringstream layout;
-    for (const int64_t unit : found.unit_of_stage) {
-      layout << " stage[unit " << unit;
-      if (unit >= 0) {
-        for (const torch::Tensor& p :
-             sharded_parameters(*found.modules[unit])) {
-          layout << ' ' << p.scalar_type() << p.sizes();
+    for (size_t i = 0; i < stages.size(); ++i) {
+      layout << " stage[unit " << found.unit_of_stage[i];
+      if (stages[i].module) {
+        for (const torch::Tensor& p : stages[i].module->parameters()) {
+          layout << ' ' << p.scalar_type() << p.sizes()
+                 << (p.requires_grad() ? "" : " (frozen)");
         }
       }
       layout << ']';
     }
     state.group.check_same(
         "the stages given to ShardedStages (units, parameter shapes, "
-        "dtypes)",
+        "dtypes, which are frozen)",
         layout.str());
   }
   state.unit_of_stage = found.unit_of_stage;
@@ -569,7 +584,7 @@ void ShardedStages::with_full_parameters(const std::function<void()>& use) {
   // Held until `use` returns: a stage forward (or a step) run inside `use`
   // must not free the parameters `use` goes on reading or has written.
   for (State::Unit& unit : state.units) {
-    unit.held = true;
+    ++unit.held;
   }
   struct ReleaseAtExit {
     State& state;
@@ -577,7 +592,7 @@ void ShardedStages::with_full_parameters(const std::function<void()>& use) {
       c10::NoGradGuard no_grad;
       const int64_t rank = state.group.rank();
       for (State::Unit& unit : state.units) {
-        unit.held = false;
+        --unit.held;
         if (unit.gathered) {
           unit.shard.detach().copy_(
               unit.flat.narrow(0, rank * unit.shard_size, unit.shard_size));

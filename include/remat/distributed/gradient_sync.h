@@ -65,8 +65,9 @@ class GradientSync {
   /// Registers one hook per parameter that requires grad (the others are
   /// skipped) and lays out the buckets. Throws c10::Error if a parameter is
   /// not a dense CPU tensor or the bucket size is not positive, and on every
-  /// rank if the ranks' parameters (count, shapes, dtypes) differ (a
-  /// collective, through the store: every rank must construct it).
+  /// rank if the ranks' parameters (count, shapes, dtypes, which require
+  /// grad) differ (a collective, through the store: every rank must
+  /// construct it).
   GradientSync(
       std::vector<torch::Tensor> parameters,
       ProcessGroup group,

@@ -28,8 +28,8 @@ struct GroupOptions {
   /// Default: 29500 (torchrun's).
   TORCH_ARG(int64_t, master_port) = 29500;
   /// Limit for the rendezvous (all ranks joining) and for every collective;
-  /// a peer that has died or hangs makes the others fail within it.
-  /// Default: 60 s.
+  /// a peer that has died or hangs makes the others fail within it; at
+  /// most 100 years. Default: 60 s.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::seconds(60);
   /// Host name or address this rank's Gloo connections bind to. Default:
   /// empty: the loopback address when master_addr is a loopback address
@@ -45,14 +45,14 @@ struct GroupOptions {
 ///   remat::distributed::ProcessGroup group(
 ///       remat::distributed::group_options_from_env());
 ///
-/// Throws c10::Error naming the variable if one is unset, or naming it and
-/// the value received if it is not an integer (RANK, WORLD_SIZE,
+/// Throws c10::Error naming the variable if one is unset or empty, or naming
+/// it and the value received if it is not an integer (RANK, WORLD_SIZE,
 /// MASTER_PORT), if WORLD_SIZE < 1, if RANK is not in [0, WORLD_SIZE), or if
 /// MASTER_PORT is not in [1, 65535].
 GroupOptions group_options_from_env(GroupOptions defaults = {});
 
-/// True when the environment names a group (WORLD_SIZE is set), as under
-/// torchrun or `remat train --nproc N`.
+/// True when the environment names a group (WORLD_SIZE is set and not
+/// empty), as under torchrun or `remat train --nproc N`.
 bool environment_names_a_group();
 
 /// A free TCP port on the loopback interface, for a group on one machine.
@@ -97,10 +97,10 @@ class ProcessGroup {
   ///
   /// Throws c10::Error naming the value received if world_size < 1, rank is
   /// not in [0, world_size), master_port is not in [1, 65535], master_addr
-  /// is empty or the timeout is not positive; and naming master_addr and
-  /// master_port if rank 0 cannot listen there (the port is in use) or
-  /// another rank cannot reach it, or if the ranks do not all join within
-  /// the timeout.
+  /// is empty or the timeout is not positive or above 100 years; and naming
+  /// master_addr and master_port if rank 0 cannot listen there (the port is
+  /// in use) or another rank cannot reach it, or if the ranks do not all
+  /// join within the timeout.
   explicit ProcessGroup(const GroupOptions& options);
 
   int64_t rank() const;
@@ -111,6 +111,9 @@ class ProcessGroup {
   /// Starts summing `tensor` over all ranks, in place. The tensor must stay
   /// alive and untouched until the returned Work is waited for.
   /// REQUIRES: a dense CPU tensor of the same shape and dtype on every rank.
+  /// Throws c10::Error if the tensor is not contiguous. Which dtypes Gloo
+  /// sums depends on the LibTorch version (1.13's refuses bfloat16, bool,
+  /// int16 and complex: Work::wait then fails with Gloo's message).
   Work allreduce_sum(const torch::Tensor& tensor);
   /// Starts summing `tensor` over all ranks into rank `root`'s `tensor`; the
   /// other ranks' `tensor` is left unspecified. The tensor must stay alive
@@ -148,7 +151,7 @@ class ProcessGroup {
 ///   torch::Tensor inputs = remat::distributed::local_slice(batch, group);
 ///
 /// Throws c10::Error naming both numbers if global.size(0) does not divide
-/// by the world size.
+/// by the world size, and if `global` has no dimension.
 torch::Tensor local_slice(
     const torch::Tensor& global, const ProcessGroup& group);
 

@@ -89,7 +89,8 @@ class ShardedStages {
   /// memory (its module is sharded already by another ShardedStages), a
   /// parameter belongs to the modules of two different units (naming the
   /// parameter), or, on every rank, if the ranks' stages differ in units,
-  /// parameter shapes or dtypes (a collective: every rank must construct it).
+  /// parameter shapes or dtypes, or in which parameters are frozen (a
+  /// collective: every rank must construct it).
   ShardedStages(std::vector<Stage> stages, ProcessGroup group);
   /// Gathers the parameters back into the modules (a collective: every rank
   /// must destroy its ShardedStages at the same point; if the group has
@@ -129,7 +130,9 @@ class ShardedStages {
   /// writing the modules' parameters, e.g. torch::save, or running the
   /// stages' forwards: they stay gathered until `use` returns), copies this
   /// rank's slice of what `use` left back into the shards, and frees them
-  /// again. A collective: every rank must call it.
+  /// again. Calls nest (`use` may call it again): the parameters stay
+  /// gathered until the outermost call returns. A collective: every rank
+  /// must call it.
   void with_full_parameters(const std::function<void()>& use);
 
   /// Parameter gathers (one per unit and forward or backward) and gradient
