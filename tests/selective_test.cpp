@@ -447,8 +447,8 @@ TEST(Policies, CombineLetsFirstMustAnswerWinElseLastPolicy) {
   EXPECT_EQ(answer("aten::gelu"), CheckpointPolicy::kPreferRecompute);
 }
 
-TEST(Policies, NamesWithoutNamespaceAreRefused) {
-  for (const std::string bad : {"mm", "", "::mm", "aten::"}) {
+TEST(Policies, NamesWithoutNamespaceOrWithAnOverloadAreRefused) {
+  for (const std::string bad : {"mm", "", "::mm", "aten::", "aten::mm.out"}) {
     try {
       policies::save_ops({"aten::mm", bad});
       FAIL() << "expected an error for '" << bad << "'";

@@ -77,8 +77,9 @@ Policy save_compute_intensive();
 std::vector<std::string> compute_intensive_ops();
 
 /// kMustSave for the named operators ("aten::mm", ...), kPreferRecompute for
-/// all others. Throws c10::Error if a name is empty or lacks a namespace
-/// ("mm" instead of "aten::mm").
+/// all others. Names are of operators, every overload included. Throws
+/// c10::Error if a name is empty, lacks a namespace ("mm" instead of
+/// "aten::mm") or names an overload ("aten::mm.out").
 Policy save_ops(std::vector<std::string> names);
 
 /// kMustRecompute for the named operators, kPreferSave for all others.

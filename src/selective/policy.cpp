@@ -36,6 +36,15 @@ std::shared_ptr<const NameSet> checked_names(
         "got '",
         name,
         "'");
+    // OpContext::op_name carries no overload: "aten::mm.out" never matches.
+    TORCH_CHECK(
+        name.find('.') == std::string::npos,
+        "remat::policies::",
+        function,
+        ": expected operator names without an overload (the policy sees "
+        "\"aten::mm\" for every overload of mm), got '",
+        name,
+        "'");
   }
   return std::make_shared<const NameSet>(names.begin(), names.end());
 }
