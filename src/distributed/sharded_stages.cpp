@@ -145,10 +145,11 @@ struct ShardedStages::State {
       if (group.world_size() > 1) {
         torch::Tensor slice =
             unit.flat.narrow(0, root * unit.shard_size, unit.shard_size);
-        // A broadcast copies bytes: bfloat16, which Gloo (LibTorch 1.13)
-        // refuses, travels as the same bytes seen as half.
+        // A broadcast copies bytes: bfloat16, which Gloo refuses in some
+        // LibTorch versions (1.13), travels as its bytes (uint8, which every
+        // version takes; 2.14's refuses half in a broadcast).
         if (slice.scalar_type() == torch::kBFloat16) {
-          slice = slice.view(torch::kHalf);
+          slice = slice.view(torch::kByte);
         }
         group.broadcast(slice, root);
       }
