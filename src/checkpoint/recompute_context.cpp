@@ -198,8 +198,9 @@ RecomputeGuard::RecomputeGuard(
   // A constructor that throws runs no destructor: everything that can fail
   // (the buffer backups allocate as much as the buffers, an out-of-memory
   // error is a c10::Error) comes before the first change of the thread's or
-  // the process's state (RNG, autocast, is_recomputing()). Members (the
-  // backups, the module mode) are undone by their own destructors.
+  // the process's state (RNG, autocast, is_recomputing()). If it throws,
+  // the backups are only freed (no buffer was written yet) and a module mode
+  // already replayed is put back by its own destructor.
   {
     c10::NoGradGuard no_grad;
     if (replay.written_) {  // NOTE: [Recompute and module state]
