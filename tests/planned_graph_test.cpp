@@ -468,4 +468,82 @@ TEST(PlannedGraph, RefusesASecondBackwardAndAutogradGrad) {
       std::string::npos);
 }
 
+// A stage that returns its input as it is (the graph input, or an earlier
+// stage's output) while later stages read both it and that input: a plain
+// backward adds every use of the one tensor to one accumulator, in the
+// engine's order; the executor must not sum the alias's uses apart and add
+// them to the input's sum afterwards (a different rounding).
+TEST(PlannedGraph, AStageReturningItsInputSumsItsGradientAsOneValue) {
+  torch::manual_seed(1);
+  torch::nn::Linear a(6, 6);
+  torch::nn::Linear b(6, 6);
+  torch::nn::ModuleList modules;
+  modules->push_back(a);
+  modules->push_back(b);
+  using In = const std::vector<torch::Tensor>&;
+  const std::vector<std::vector<remat::GraphStage>> graphs = {
+      // Stage 0 returns the graph input; stages 1 and 2 read both.
+      {{[](In in) { return in[0]; }, nullptr, {remat::kGraphInput}},
+       {[a](In in) mutable { return torch::tanh(a(in[0])) + in[1]; },
+        a.ptr(),
+        {0, remat::kGraphInput}},
+       {[b](In in) mutable { return b(in[0]) * in[1] + in[2]; },
+        b.ptr(),
+        {1, remat::kGraphInput, 0}}},
+      // Stage 1 returns stage 0's output; stages 2 and 3 read both.
+      {{[a](In in) mutable { return torch::tanh(a(in[0])); },
+        a.ptr(),
+        {remat::kGraphInput}},
+       {[](In in) { return in[0]; }, nullptr, {0}},
+       {[b](In in) mutable { return torch::tanh(b(in[0])) + in[1]; },
+        b.ptr(),
+        {1, 0}},
+       {[](In in) { return in[0] * in[1] + in[2]; }, nullptr, {2, 0, 1}}},
+  };
+  for (size_t g = 0; g < graphs.size(); ++g) {
+    const auto& stages = graphs[g];
+    const torch::Tensor sample = torch::randn({5, 6});
+    const remat::planner::Graph structure = remat::profile_graph(
+        stages, sample, remat::ProfileOptions().warmup(0).repeats(1));
+    using remat::planner::StageMode;
+    const auto n = static_cast<size_t>(structure.size());
+    std::vector<std::vector<StageMode>> assignments{
+        std::vector<StageMode>(n, StageMode::kRecord),
+        std::vector<StageMode>(n, StageMode::kCheckpoint),
+        std::vector<StageMode>(n, StageMode::kRecompute)};
+    for (int trial = 0; trial < 4; ++trial) {
+      const torch::Tensor input = torch::randn({5, 6});
+      const auto run =
+          [&](const std::function<torch::Tensor(torch::Tensor)>& forward) {
+            for (auto& p : modules->parameters()) {
+              p.mutable_grad() = torch::Tensor();
+            }
+            torch::Tensor x = input.clone().requires_grad_(true);
+            forward(x).sum().backward();
+            std::vector<torch::Tensor> grads = grads_of(*modules);
+            grads.push_back(x.grad());
+            return grads;
+          };
+      const auto plain =
+          run([&](torch::Tensor x) { return remat::run_graph(stages, x); });
+      for (const auto& modes : assignments) {
+        const remat::planner::Plan plan =
+            remat::planner::schedule_graph(structure, modes);
+        SCOPED_TRACE(
+            "graph " + std::to_string(g) + ", trial " + std::to_string(trial) +
+            ", plan " + plan.to_string());
+        remat::PlannedGraph net(stages, plan);
+        const auto planned =
+            run([&](torch::Tensor x) { return net->forward(x); });
+        ASSERT_EQ(planned.size(), plain.size());
+        for (size_t k = 0; k < plain.size(); ++k) {
+          EXPECT_TRUE(remat::testing::bitwise_equal_or_both_undefined(
+              planned[k], plain[k]))
+              << "gradient " << k;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace

@@ -151,6 +151,11 @@ class PlanExecution : public BackwardPhase,
     values_.resize(n + 1);
     versions_.resize(n + 1);
     grads_.resize(n + 1);
+    alias_.resize(n + 1);
+    alias_known_.resize(n + 1);
+    for (int64_t v = 0; v <= n; ++v) {
+      alias_[v] = v;
+    }
     records_.resize(n);
     first_forward_.resize(n);
     values_[0] = input.detach();
@@ -221,12 +226,16 @@ class PlanExecution : public BackwardPhase,
           op.kind == OpKind::kForwardCheckpoint) {
         values_[i + 1] = forward_stage(i, inputs, op.kind);
         versions_[i + 1] = version_of(values_[i + 1]);
+        note_alias(i, inputs);
       } else {
         StageRecord record;
         record.leaves.reserve(inputs.size());
         // Linked only when ops are not timed: a linked backward runs two
         // stages in one engine call, which per-stage times cannot split.
-        if (!times_ && linkable(program_->linked_value[k])) {
+        // A stage known to return its input as it is stays unlinked: its
+        // readers sum their terms in that input's accumulator.
+        if (!times_ && alias_[i + 1] == i + 1 &&
+            linkable(program_->linked_value[k])) {
           record.linked_value = program_->linked_value[k];
         }
         for (size_t j = 0; j < inputs.size(); ++j) {
@@ -239,9 +248,23 @@ class PlanExecution : public BackwardPhase,
             record.leaves.push_back(std::move(leaf));
             continue;
           }
+          // Values that are one tensor (a stage returned its input as it
+          // is: NOTE: [A stage that returns its input]) get one leaf, as a
+          // plain backward has one accumulator for them.
+          for (size_t m = 0; m < j && !leaf.defined(); ++m) {
+            if (alias_[values[m]] == alias_[values[j]] &&
+                values[m] != record.linked_value &&
+                record.leaves[m].defined()) {
+              leaf = record.leaves[m];
+            }
+          }
+          if (leaf.defined()) {
+            record.leaves.push_back(std::move(leaf));
+            continue;
+          }
           leaf = inputs[j].detach();
           if (leaf.is_floating_point() &&
-              (values[j] > 0 || input_requires_grad_)) {
+              (alias_[values[j]] > 0 || input_requires_grad_)) {
             leaf.requires_grad_(true);
           }
           record.leaves.push_back(std::move(leaf));
@@ -255,6 +278,7 @@ class PlanExecution : public BackwardPhase,
         }
         values_[i + 1] = record.output;
         versions_[i + 1] = version_of(values_[i + 1]);
+        note_alias(i, record.leaves);
         records_[i] = std::move(record);
       }
     }
@@ -279,7 +303,7 @@ class PlanExecution : public BackwardPhase,
       std::vector<std::pair<torch::Tensor, torch::Tensor>> carried;
       for (size_t j = 0; j < values.size(); ++j) {
         const torch::Tensor& leaf = record.leaves[j];
-        torch::Tensor& total = grads_[values[j]];
+        torch::Tensor& total = grads_[alias_[values[j]]];
         if (leaf.defined() && leaf.requires_grad() && total.defined()) {
           carried.emplace_back(leaf, std::move(total));
           total = torch::Tensor();
@@ -297,11 +321,38 @@ class PlanExecution : public BackwardPhase,
       torch::Tensor grad = leaf.grad();
       leaf.mutable_grad() = torch::Tensor();  // collected once if shared
       leaf = torch::Tensor();
-      torch::Tensor& total = grads_[values[j]];
+      torch::Tensor& total = grads_[alias_[values[j]]];
       if (total.defined()) {
         total.add_(grad);  // a stage whose own backward did not run
       } else {
         total = std::move(grad);
+      }
+    }
+  }
+
+  // NOTE: [A stage that returns its input]
+  // A stage (other than the last) may return one of its inputs as it is.
+  // In a plain run every use of that tensor then adds its term to one
+  // accumulator, in the order of the engine; held as a value of its own,
+  // its uses would be summed apart and added to the input's sum at the end,
+  // a different association of the same terms (not bitwise equal). So x_{i+1}
+  // is recorded as an alias of that input: its readers add their terms to
+  // the input's gradient (a reader of both gets one leaf for them), and the
+  // stage's own backward, the identity, receives nothing and does nothing.
+  void note_alias(int64_t i, const std::vector<torch::Tensor>& inputs) {
+    // Decided at the stage's first forward and kept: its readers may have
+    // summed into the input's accumulator already. (A first forward linked
+    // to its producer's record decides "no alias", as before.)
+    // The last stage's gradient comes from outside, into g_L.
+    if (i + 1 == program_->structure.size() || alias_known_[i + 1]) {
+      return;
+    }
+    alias_known_[i + 1] = true;
+    const std::vector<int64_t>& values = program_->structure.input_values(i);
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      if (inputs[j].defined() && values_[i + 1].is_same(inputs[j])) {
+        alias_[i + 1] = alias_[values[j]];
+        return;
       }
     }
   }
@@ -426,7 +477,11 @@ class PlanExecution : public BackwardPhase,
   std::vector<torch::Tensor> values_;  // x_v while held, else undefined
   std::vector<int64_t> versions_;      // x_v's version when computed
   std::vector<torch::Tensor> grads_;   // g_v while held
-  std::vector<StageRecord> records_;   // R_i while recorded
+  // The value whose tensor x_v is (v itself, or the input a stage returned
+  // as it is): where g_v is summed (NOTE: [A stage that returns its input]).
+  std::vector<int64_t> alias_;
+  std::vector<bool> alias_known_;  // alias_[v] decided (at x_v's first forward)
+  std::vector<StageRecord> records_;  // R_i while recorded
   // RNG, autocast, train()/eval() and parameter versions of each replayed
   // stage's first forward.
   std::vector<std::optional<RecomputeContext>> first_forward_;
