@@ -630,6 +630,63 @@ TEST(AutoCheckpoint, ReplansForAnotherInputShapeWhenAskedTo) {
   EXPECT_EQ(net->options.input_shape(), std::vector<int64_t>({16, 64}));
 }
 
+// A profile on a sample that needs no gradient measures no input gradient
+// (as the runtime computes none). A training input that requires grad would
+// compute one the plan never counted: a Conv2d first stage's input gradient
+// and its working set took the peak 24 % above the budget. It is refused,
+// naming the option, before anything runs; with kReplan, a new shape is
+// profiled as the first sample was (with an input gradient when it had one),
+// so that a later input of that shape that requires grad fits too.
+TEST(AutoCheckpoint, AnInputGradientTheProfileDidNotMeasureIsRefused) {
+  torch::manual_seed(3);
+  torch::nn::Sequential model(
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 8, 3).padding(1)),
+      torch::nn::ReLU(),
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 8, 3).padding(1)));
+  const torch::Tensor images = torch::randn({4, 3, 16, 16});  // no grad
+  const remat::Budget budget = remat::Budget::parse("100%");
+  auto net = remat::auto_checkpoint(model, images, budget);
+  ASSERT_EQ(net->options.input_requires_grad(), std::optional<bool>(false));
+  for (auto& p : model->parameters()) {
+    p.mutable_grad() = torch::full_like(p, 0.5);
+  }
+  const torch::Tensor x = images.clone().requires_grad_(true);
+  try {
+    net->forward(x).sum().backward();
+    FAIL() << "expected an error";
+  } catch (const c10::Error& error) {
+    const std::string message = error.what_without_backtrace();
+    EXPECT_NE(message.find("input_requires_grad"), std::string::npos)
+        << message;
+  }
+  EXPECT_FALSE(x.grad().defined());
+  for (const auto& p : model->parameters()) {
+    EXPECT_TRUE(torch::equal(p.grad(), torch::full_like(p, 0.5)));
+  }
+  // An input like the sample still trains.
+  net->forward(images).sum().backward();
+
+  // kReplan on a sample that requires grad: another shape is profiled with
+  // an input gradient even when its first input has none.
+  auto replan = remat::auto_checkpoint(
+      model,
+      images.clone().requires_grad_(true),
+      budget,
+      remat::AutoCheckpointOptions().on_shape_change(
+          remat::ShapePolicy::kReplan));
+  const torch::Tensor small = torch::randn({2, 3, 8, 8});
+  replan->forward(small).sum().backward();
+  ASSERT_EQ(replan->options.input_shape(), std::vector<int64_t>({2, 3, 8, 8}));
+  const remat::planner::Chain with_grad = remat::profile_chain(
+      model,
+      small.clone().requires_grad_(true),
+      remat::ProfileOptions().warmup(0).repeats(1));
+  ASSERT_TRUE(replan->options.chain().has_value());
+  EXPECT_EQ(
+      replan->options.chain()->stage(0).backward_tmp_bytes,
+      with_grad.stage(0).backward_tmp_bytes);
+}
+
 TEST(AutoCheckpoint, ReusesThePlanOfAShapeSeenBeforeWithoutProfiling) {
   Case c = mlp_case();
   auto net = replanning(c.model, c.input, remat::Budget::fraction(0.5));

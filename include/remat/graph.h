@@ -131,6 +131,12 @@ struct PlannedGraphOptions {
   /// plainly at any shape). Empty: any shape. auto_checkpoint sets it to the
   /// sample's. Default: empty.
   TORCH_ARG(std::vector<int64_t>, input_shape) = {};
+  /// Whether the sample the plan was profiled on required grad (only then
+  /// does the profile measure the input's gradient). When false, a training
+  /// input that requires grad is an error (its gradient would raise the
+  /// peak above the plan's). auto_checkpoint sets it to the sample's.
+  /// Default: none (any input).
+  TORCH_ARG(std::optional<bool>, input_requires_grad) = std::nullopt;
   /// The budget self-correction re-solves, resolved on the graph it
   /// measures against. Default: none (the predicted peak of the plan given
   /// at construction).
@@ -184,7 +190,8 @@ class PlannedGraphImpl : public torch::nn::Module {
       PlannedGraphOptions options = {});
   /// Runs the plan (training) or the stages plainly (no grad needed: any
   /// shape, the plan in force untouched). Throws c10::Error on a training
-  /// input of a shape other than options.input_shape.
+  /// input of a shape other than options.input_shape, or one that requires
+  /// grad when options.input_requires_grad is false.
   torch::Tensor forward(const torch::Tensor& input);
   /// "remat::PlannedGraph(stages=9, ops=20, plan=R0 R1 ...)".
   void pretty_print(std::ostream& stream) const override;
@@ -226,7 +233,8 @@ TORCH_MODULE(PlannedGraph);
 
 /// Profiles `stages` on `sample`, plans within `budget` (plan_within) and
 /// returns the stages under that plan, expecting inputs of sample's shape
-/// (PlannedGraphOptions: graph, input_shape and budget set).
+/// (PlannedGraphOptions: graph, input_shape, input_requires_grad and budget
+/// set).
 /// With options.selective_policy set, stages may also run selectively (as
 /// for chains). Throws as profile_graph, plan_within and PlannedGraph.
 ///

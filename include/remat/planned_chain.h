@@ -94,6 +94,14 @@ struct PlannedChainOptions {
   /// The input shape the plan was made for; empty: any shape is accepted.
   /// Default: empty.
   TORCH_ARG(std::vector<int64_t>, input_shape) = {};
+  /// Whether the sample the plan was profiled on required grad (only then
+  /// does the profile measure the input's gradient). When false, a training
+  /// input that requires grad is an error (its gradient would raise the peak
+  /// above the plan's); when true, ShapePolicy::kReplan profiles new shapes
+  /// with an input that requires grad. auto_checkpoint sets it to the
+  /// sample's. Default: none (any input; kReplan profiles the input as it
+  /// comes).
+  TORCH_ARG(std::optional<bool>, input_requires_grad) = std::nullopt;
   /// What to do on another input shape (only when input_shape is set).
   /// Default: ShapePolicy::kError.
   TORCH_ARG(ShapePolicy, on_shape_change) = ShapePolicy::kError;
@@ -178,7 +186,8 @@ class PlannedChainImpl : public torch::nn::Module {
   /// Runs the plan (training) or the stages plainly (no grad needed: any
   /// shape, nothing re-planned, the module's plan state untouched).
   /// Throws c10::Error on a training input of a shape other than
-  /// options.input_shape under ShapePolicy::kError.
+  /// options.input_shape under ShapePolicy::kError, or one that requires
+  /// grad when options.input_requires_grad is false.
   torch::Tensor forward(const torch::Tensor& input);
 
   /// "remat::PlannedChain(stages=4, ops=8, plan=R0 R1 R2 R3 B3 B2 B1 B0)".

@@ -71,8 +71,9 @@ class PlannedSequentialImpl
   /// Runs the plan (training) or the plain Sequential (no grad needed: any
   /// shape, nothing re-planned, the module's plan state untouched).
   /// Throws c10::Error on a training input of a shape other than
-  /// options.input_shape under ShapePolicy::kError, or if the Sequential's
-  /// size changed since construction or reset().
+  /// options.input_shape under ShapePolicy::kError, one that requires grad
+  /// when options.input_requires_grad is false, or if the Sequential's size
+  /// changed since construction or reset().
   torch::Tensor forward(const torch::Tensor& input);
 
   /// Binds the plan to the Sequential's children again (after a push_back)
@@ -117,7 +118,10 @@ TORCH_MODULE(PlannedSequential);
 
 /// Profiles `model` on `sample`, then plan_within(chain, budget) and wraps
 /// the model: the fastest schedule the planner knows within the budget.
-/// The result expects inputs of sample's shape (see ShapePolicy).
+/// The result expects inputs of sample's shape (see ShapePolicy), and
+/// training inputs that require grad only if the sample does
+/// (PlannedChainOptions::input_requires_grad): profile on a sample like the
+/// real inputs.
 ///
 /// Throws c10::Error if the budget is below planner::min_feasible_budget_bytes
 /// of the profiled chain; the message states the minimum and the requested

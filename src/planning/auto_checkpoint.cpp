@@ -22,6 +22,7 @@ PlannedChainOptions planned_options(
   return PlannedChainOptions()
       .chain(chain)
       .input_shape(sample.sizes().vec())
+      .input_requires_grad(sample.requires_grad())
       .on_shape_change(options.on_shape_change())
       .budget(budget)
       .selective_policy(options.selective_policy())

@@ -897,6 +897,20 @@ bool any_parameter_requires_grad(const torch::nn::Module& module) {
   return false;
 }
 
+void check_input_gradient_profiled(
+    const char* who,
+    const torch::Tensor& input,
+    const std::optional<bool>& profiled_input_grad) {
+  TORCH_CHECK(
+      !input.requires_grad() || profiled_input_grad.value_or(true),
+      who,
+      "::forward: expected a training input that does not require grad, as "
+      "the sample the plan was profiled on (options.input_requires_grad "
+      "false), got one that requires grad: its gradient was not measured, "
+      "so the peak could exceed the plan's; profile (auto_checkpoint) on a "
+      "sample that requires grad, or pass input.detach()");
+}
+
 void check_stages(const char* who, const std::vector<Stage>& stages) {
   TORCH_CHECK(!stages.empty(), who, ": expected at least one stage, got none");
   for (size_t i = 0; i < stages.size(); ++i) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -155,6 +156,15 @@ std::vector<std::shared_ptr<torch::nn::Module>> modules_of(
 /// Whether a parameter of `module` or of a module below it requires grad;
 /// stops at the first (builds no names, unlike Module::parameters()).
 bool any_parameter_requires_grad(const torch::nn::Module& module);
+
+/// Throws c10::Error, naming `who`, if `input` requires grad while
+/// `profiled_input_grad` is false: the profile behind the plan was taken on a
+/// sample that did not, so it measured no input gradient (nor the first
+/// stages' working set for it) and the peak could exceed the plan's.
+void check_input_gradient_profiled(
+    const char* who,
+    const torch::Tensor& input,
+    const std::optional<bool>& profiled_input_grad);
 
 /// Runs `stages` one after the other on `input` (the plain chain forward).
 torch::Tensor run_stages(

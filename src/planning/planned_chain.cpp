@@ -191,6 +191,7 @@ torch::Tensor planned_forward(
   if (!c10::GradMode::is_enabled() || !needs_grad) {
     return run_stages(*run.stages, input);
   }
+  check_input_gradient_profiled(who, input, options.input_requires_grad());
   if (!options.input_shape().empty() &&
       input.sizes() != c10::IntArrayRef(options.input_shape())) {
     TORCH_CHECK(
@@ -213,7 +214,16 @@ torch::Tensor planned_forward(
     if (known == run.plans_by_shape.end()) {
       ProfileOptions profile = options.profile();
       profile.selective_policy(options.selective_policy());
-      planner::Chain chain = profile_chain(*run.stages, input, profile);
+      // Profiled as the first sample was: with an input gradient if it
+      // had one (a later input of this shape may need it).
+      const bool input_grad =
+          options.input_requires_grad().value_or(input.requires_grad());
+      planner::Chain chain = profile_chain(
+          *run.stages,
+          input_grad == input.requires_grad()
+              ? input
+              : input.detach().requires_grad_(input_grad),
+          profile);
       known = run.plans_by_shape
                   .emplace(
                       shape,

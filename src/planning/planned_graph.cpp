@@ -126,6 +126,8 @@ torch::Tensor PlannedGraphImpl::forward(const torch::Tensor& input) {
   if (!c10::GradMode::is_enabled() || !needs_grad) {
     return run_graph(*stages_, input);
   }
+  detail::check_input_gradient_profiled(
+      "remat::PlannedGraph", input, options_.input_requires_grad());
   if (!options_.input_shape().empty()) {
     TORCH_CHECK(
         input.sizes().vec() == options_.input_shape(),
@@ -221,6 +223,7 @@ PlannedGraph auto_checkpoint(
           .selective_policy(options.selective_policy())
           .graph(std::move(graph))
           .input_shape(sample.sizes().vec())
+          .input_requires_grad(sample.requires_grad())
           .budget(budget)
           .profile(options.profile())
           .solver(options.solver()));
