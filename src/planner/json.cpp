@@ -109,7 +109,14 @@ class JsonReader {
   static std::string shown(const json& value) {
     std::string text = value.dump();
     if (text.size() > kMaxShownValue) {
-      text = text.substr(0, kMaxShownValue) + "...";
+      // Cut at a character boundary: never inside a UTF-8 sequence, so the
+      // message stays valid UTF-8 (and can itself be put into JSON).
+      size_t cut = kMaxShownValue;
+      while (cut > 0 &&
+             (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) {
+        --cut;
+      }
+      text = text.substr(0, cut) + "...";
     }
     return text;
   }

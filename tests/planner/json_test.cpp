@@ -1,6 +1,7 @@
 // JSON for Chain and Plan: round-trip, errors naming the field, and a seeded
 // random-mutation fuzz corpus (only std::invalid_argument may escape).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <random>
 #include <stdexcept>
@@ -223,4 +224,27 @@ TEST(Json, SurvivesARandomMutationCorpus) {
 }
 
 }  // namespace
+// A long non-ASCII value is shortened in the message at a character
+// boundary: the message stays valid UTF-8, so it can be dumped as JSON.
+TEST(ChainJson, ShortenedValuesInMessagesStayValidUtf8) {
+  std::string value = "\"";
+  for (int k = 0; k < 40; ++k) {
+    value += "\xc3\xa9";  // U+00E9, two bytes
+  }
+  value += "\"";
+  const std::string doc =
+      R"({"input_bytes": 1, "stages": [{"forward_ms": )" + value +
+      R"(, "backward_ms": 1, "output_bytes": 1, "saved_bytes": 1,
+         "forward_tmp_bytes": 0, "backward_tmp_bytes": 0}]})";
+  try {
+    remat::planner::chain_from_json(doc);
+    FAIL() << "accepted a string time";
+  } catch (const std::invalid_argument& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("stages[0].forward_ms"), std::string::npos);
+    // nlohmann refuses to dump invalid UTF-8 (type_error 316).
+    EXPECT_NO_THROW(nlohmann::json(message).dump()) << message;
+  }
+}
+
 }  // namespace remat::planner
