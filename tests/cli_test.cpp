@@ -7,6 +7,7 @@
 // saved parameters compared), and a worker killed mid-run.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@
 #include <remat/budget.h>
 #include "app.h"
 #include "cli_error.h"
+#include "commands.h"
 #include "gnuplot.h"
 #include "progress.h"
 #include "strategy.h"
@@ -2079,5 +2081,218 @@ TEST(RematBinary, WithoutDistributedTheParallelFlagsSayWhy) {
   }
 }
 #endif  // REMAT_WITH_DISTRIBUTED
+
+// A failed write must not leave a truncated file behind, nor destroy the
+// file that was there (write_text_file writes --out, --plan-out, bench's
+// and explain's reports).
+TEST(RunCli, AFailedWriteLeavesThePreviousFileWhole) {
+  const fs::path path = scratch() / "atomic.json";
+  { std::ofstream(path) << "old"; }
+  // A 1 KiB file size limit makes the 4 KiB write fail half way (EFBIG).
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit limited = saved;
+  limited.rlim_cur = 1024;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+  bool threw = false;
+  try {
+    remat::cli::write_text_file("--out", path.string(), std::string(4096, 'x'));
+  } catch (const remat::cli::UsageError& error) {
+    threw = true;
+    EXPECT_NE(std::string(error.what()).find(path.string()), std::string::npos);
+  }
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_TRUE(threw);
+  EXPECT_EQ(read_file(path), "old");  // before the fix: 1024 'x'
+  for (const auto& entry : fs::directory_iterator(scratch())) {
+    EXPECT_EQ(
+        entry.path().filename().string().find("atomic.json.tmp"),
+        std::string::npos)
+        << entry.path();
+  }
+}
+
+// Output that never reached stdout (a full disk, a closed pipe) is a
+// failure: before the fix, `remat plan ... --json > /dev/full` exited 0.
+TEST(RunCli, AFailedWriteToStdoutExitsOne) {
+  const std::string chain = sample_chain_file().string();
+  std::vector<const char*> argv = {"remat", "plan", chain.c_str(), "--json"};
+  std::ostringstream out, err;
+  out.setstate(std::ios::badbit);  // every write fails, as on /dev/full
+  const int code = remat::cli::run_cli(
+      static_cast<int>(argv.size()), argv.data(), {out, err, false});
+  EXPECT_EQ(code, 1) << err.str();
+  EXPECT_NE(err.str().find("stdout"), std::string::npos) << err.str();
+}
+
+// An output folder that cannot be made is refused before any measurement
+// (train's --save already is); before the fix bench measured every
+// strategy and then failed, and profile/explain profiled first.
+TEST(RunCli, UnwritableOutputsAreRefusedBeforeAnyWork) {
+  const fs::path file = scratch() / "a_file_not_a_folder";
+  { std::ofstream(file) << "x"; }
+  const std::string below = (file / "sub").string();
+  const std::vector<std::vector<std::string>> cases = {
+      {"bench",
+       "--model",
+       "mlp",
+       "--layers",
+       "2",
+       "--hidden",
+       "4",
+       "--batch",
+       "2",
+       "--repeats",
+       "1",
+       "--warmup",
+       "0",
+       "--strategies",
+       "none",
+       "--out",
+       below},
+      {"profile",
+       "--model",
+       "mlp",
+       "--layers",
+       "2",
+       "--hidden",
+       "4",
+       "--batch",
+       "2",
+       "--repeats",
+       "1",
+       "--warmup",
+       "0",
+       "--out",
+       below + "/chain.json"},
+      {"explain",
+       "--model",
+       "mlp",
+       "--layers",
+       "2",
+       "--hidden",
+       "4",
+       "--batch",
+       "2",
+       "--out",
+       below},
+  };
+  for (const auto& arguments : cases) {
+    const ProcessResult result = run_in_process(arguments);
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    EXPECT_NE(result.err.find("--out"), std::string::npos) << describe(result);
+    EXPECT_TRUE(result.out.empty()) << describe(result);  // nothing measured
+  }
+}
+
+// Model sizes far beyond any machine are refused by name, not with
+// std::bad_alloc, "cannot create std::vector larger than max_size()", a
+// LibTorch "Storage size calculation overflowed", a hang building 2^31
+// layers, or (resnet, --image near 2^63) a message about "--batch 1" when
+// --batch is 2.
+TEST(RunCli, HugeModelSizesAreRefusedNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> arguments;
+    std::string flag;
+    std::string value;
+  };
+  const std::vector<Case> cases = {
+      {{"profile", "--model", "mlp", "--layers", "99999999999"},
+       "--layers",
+       "99999999999"},
+      {{"profile", "--model", "mlp", "--layers", "2147483648"},
+       "--layers",
+       "2147483648"},
+      {{"profile", "--model", "mlp", "--hidden", "9223372036854775807"},
+       "--hidden",
+       "9223372036854775807"},
+      {{"profile", "--model", "mlp", "--batch", "9223372036854775807"},
+       "--batch",
+       "9223372036854775807"},
+      {{"profile",
+        "--model",
+        "resnet",
+        "--batch",
+        "2",
+        "--image",
+        "9223372036854775800"},
+       "--image",
+       "9223372036854775800"},
+  };
+  for (const Case& test : cases) {
+    const ProcessResult result = run_in_process(test.arguments);
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    EXPECT_NE(result.err.find(test.flag), std::string::npos)
+        << describe(result);
+    EXPECT_NE(result.err.find(test.value), std::string::npos)
+        << describe(result);
+  }
+}
+
+// File names are bytes, not UTF-8: a --json report naming one must still be
+// printed (nlohmann's dump() throws type_error 316 on invalid UTF-8, which
+// reached the user as "remat plan: error: [json.exception.type_error.316]").
+TEST(RunCli, JsonReportsNameNonUtf8PathsWithoutFailing) {
+  const fs::path chain = scratch() / "\xff-chain.json";
+  fs::copy_file(
+      sample_chain_file(), chain, fs::copy_options::overwrite_existing);
+  for (const std::vector<std::string>& arguments :
+       std::vector<std::vector<std::string>>{
+           {"plan", chain.string(), "--json"},
+           {"explain", chain.string(), "--json", "--out", ""}}) {
+    const ProcessResult result = run_in_process(arguments);
+    EXPECT_EQ(result.exit_code, 0) << describe(result);
+    EXPECT_EQ(result.err.find("type_error"), std::string::npos)
+        << describe(result);
+    EXPECT_NO_THROW(nlohmann::json::parse(result.out)) << result.out;
+  }
+}
+
+// The CLI refuses a unit-less budget ("512": bytes or MiB?), but a trailing
+// newline or a blank after "total:" slipped through as bytes; and its
+// "did you mean" named forms that --budget itself refuses.
+TEST(RunCli, UnitlessBudgetsAreRefusedHoweverSpacedAndHintsAreValid) {
+  const std::string chain = sample_chain_file().string();
+  for (const std::string& budget :
+       {std::string("512\n"), std::string("total: 512")}) {
+    const ProcessResult result =
+        run_in_process({"plan", chain, "--budget", budget});
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    EXPECT_NE(result.err.find("has no unit"), std::string::npos)
+        << describe(result);
+  }
+  for (const std::string& budget :
+       {std::string("1..2"),
+        std::string("99999999999999999999"),
+        std::string("1.0000001")}) {
+    const ProcessResult result =
+        run_in_process({"plan", chain, "--budget", budget});
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    EXPECT_EQ(result.err.find(budget + "MiB"), std::string::npos)
+        << describe(result);
+    EXPECT_EQ(result.err.find(budget + "B (bytes)"), std::string::npos)
+        << describe(result);
+  }
+}
+
+// explain refuses --shard with a chain file, but silently ignored every
+// other flag that shapes the profiled model (--model, --selective, ...).
+TEST(RunCli, ExplainRefusesModelFlagsWithAChainFile) {
+  const std::string chain = sample_chain_file().string();
+  for (const std::vector<std::string>& extra :
+       std::vector<std::vector<std::string>>{
+           {"--model", "resnet"},
+           {"--selective"},
+           {"--precision", "bf16"},
+           {"--batch", "64"}}) {
+    std::vector<std::string> arguments = {"explain", chain, "--out", ""};
+    arguments.insert(arguments.end(), extra.begin(), extra.end());
+    const ProcessResult result = run_in_process(arguments);
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    EXPECT_NE(result.err.find(extra[0]), std::string::npos) << describe(result);
+  }
+}
 
 }  // namespace

@@ -101,6 +101,20 @@ std::string suggestion(CLI::App& app, int argc, const char* const* argv) {
   return "";
 }
 
+// kExitOk if everything the command printed reached stdout; else reports
+// the failed write (a full disk, a closed pipe) and returns kExitUsage, so
+// that a truncated report or JSON never exits 0.
+int finish(const std::string& name, const CommandIo& io) {
+  io.out.flush();
+  if (!io.out) {
+    io.err << name
+           << ": error: failed writing the output to stdout (disk full or "
+              "stream closed); the output is incomplete\n";
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, const CommandIo& io) {
@@ -153,7 +167,7 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
                 "`remat --help` lists the commands)\n";
       name = "remat train";
       run_train(train, io);
-      return kExitOk;
+      return finish(name, io);
     }
     CLI::App* chosen = app.get_subcommands().front();
     name += " " + chosen->get_name();
@@ -168,6 +182,35 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
       run_plan(plan, io);
     } else if (chosen == explain_command) {
       explain.budget.budget_given = given(explain_command, "--budget");
+      if (!explain.chain_path.empty()) {
+        // A chain file's costs are already measured: a flag that shapes the
+        // profiled model would be silently ignored.
+        for (const char* flag :
+             {"--model",
+              "--layers",
+              "--hidden",
+              "--heads",
+              "--seq",
+              "--min-seq",
+              "--levels",
+              "--image",
+              "--dropout",
+              "--batch",
+              "--data",
+              "--precision",
+              "--selective",
+              "--seed"}) {
+          if (given(explain_command, flag)) {
+            throw UsageError(
+                std::string(flag) +
+                ": applies to a profiled built-in model, "
+                "got a chain file '" +
+                explain.chain_path +
+                "' (its costs are already measured); drop " + flag +
+                " or the file");
+          }
+        }
+      }
       run_explain(explain, io);
     } else if (chosen == bench_command) {
       bench.strategies_given = given(bench_command, "--strategies");
@@ -176,7 +219,7 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
     } else if (chosen == fit_command) {
       run_fit(fit, io);
     }
-    return kExitOk;
+    return finish(name, io);
   } catch (const InfeasibleBudgetError& error) {
     io.err << name << ": error: " << error.what() << '\n';
     return kExitInfeasible;

@@ -521,6 +521,9 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
   if (options.out.empty()) {
     throw UsageError("--out: expected a folder, got an empty value");
   }
+  // Before any measurement: a folder that cannot be made would otherwise
+  // fail only after the whole sweep, losing its results.
+  make_folder("--out", options.out);
   Workload workload(options.model, options.seed);
   std::vector<std::string> strategies = options.strategies;
   if (workload.is_graph() && !options.strategies_given) {
@@ -613,7 +616,9 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
                          ? nlohmann::json(options.out + "/plot.png")
                          : nlohmann::json(nullptr);
     report["summary"] = options.out + "/README.md";
-    io.out << report.dump(2) << '\n';
+    io.out << report.dump(
+                  2, ' ', false, nlohmann::json::error_handler_t::replace)
+           << '\n';
   } else {
     io.out << text_table << "report    " << options.out
            << "/README.md, bench.csv"

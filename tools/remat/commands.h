@@ -309,5 +309,9 @@ void write_text_file(
 
 /// Creates folder `path` (and parents). Throws UsageError naming `flag`.
 void make_folder(const std::string& flag, const std::string& path);
+/// Refuses, before any work, an output file `path` that write_text_file
+/// could not write: its folder is made and must be writable, and `path`
+/// must not be a folder. Throws UsageError naming `flag` and `path`.
+void check_output_file(const std::string& flag, const std::string& path);
 
 }  // namespace remat::cli

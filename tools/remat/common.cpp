@@ -10,6 +10,8 @@
 #include <limits>
 #include <sstream>
 
+#include <unistd.h>
+
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
@@ -297,7 +299,22 @@ void write_text_file(
   if (file.has_parent_path()) {
     make_folder(flag, file.parent_path().string());
   }
-  std::ofstream stream(file, std::ios::binary);
+  std::error_code status_error;
+  const auto status = std::filesystem::status(file, status_error);
+  if (std::filesystem::is_directory(status)) {
+    throw UsageError(
+        flag + ": cannot write '" + path + "': " + std::strerror(EISDIR));
+  }
+  // A device or FIFO (/dev/stdout, a pipe) is written in place; a regular
+  // file is written next to itself and renamed over it, so that an error
+  // never leaves a truncated file (or destroys the previous one).
+  const bool in_place = std::filesystem::exists(status) &&
+                        !std::filesystem::is_regular_file(status);
+  const std::filesystem::path target =
+      in_place
+          ? file
+          : std::filesystem::path(path + ".tmp." + std::to_string(::getpid()));
+  std::ofstream stream(target, std::ios::binary | std::ios::trunc);
   if (!stream) {
     throw UsageError(
         flag + ": cannot write '" + path + "': " + std::strerror(errno));
@@ -305,7 +322,41 @@ void write_text_file(
   stream << text;
   stream.close();
   if (!stream) {
-    throw UsageError(flag + ": failed writing '" + path + "'");
+    std::error_code ignored;
+    if (!in_place) {
+      std::filesystem::remove(target, ignored);
+    }
+    throw UsageError(
+        flag + ": failed writing '" + path + "' (" +
+        std::to_string(text.size()) + " bytes)" +
+        (in_place ? "" : "; the file was left as it was"));
+  }
+  if (!in_place) {
+    std::error_code error;
+    std::filesystem::rename(target, file, error);
+    if (error) {
+      std::error_code ignored;
+      std::filesystem::remove(target, ignored);
+      throw UsageError(
+          flag + ": cannot write '" + path + "': " + error.message());
+    }
+  }
+}
+
+void check_output_file(const std::string& flag, const std::string& path) {
+  const std::filesystem::path file(path);
+  const std::string folder =
+      file.has_parent_path() ? file.parent_path().string() : ".";
+  make_folder(flag, folder);
+  std::error_code error;
+  if (std::filesystem::is_directory(file, error)) {
+    throw UsageError(
+        flag + ": cannot write '" + path + "': " + std::strerror(EISDIR));
+  }
+  if (::access(folder.c_str(), W_OK) != 0) {
+    throw UsageError(
+        flag + ": cannot write in folder '" + folder +
+        "': " + std::strerror(errno));
   }
 }
 

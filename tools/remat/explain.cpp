@@ -291,6 +291,9 @@ nlohmann::json explain_json(
 
 void run_explain(const ExplainOptions& options, const CommandIo& io) {
   apply_threads(options.threads);
+  if (!options.out.empty()) {
+    make_folder("--out", options.out);  // before profiling a built-in model
+  }
   const ExplainedModel explained = model_to_explain(options);
   const std::string strategy = strategy_name(explained.costs, options.budget);
   const PlanChoice choice = choose_plan_for(
@@ -313,7 +316,7 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
   if (options.json) {
     io.out << explain_json(
                   explained, strategy, choice, report, points, plot_path, table)
-                  .dump(2)
+                  .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
            << '\n';
   } else {
     io.out << kind_of(explained.costs) << "     " << explained.source << '\n';

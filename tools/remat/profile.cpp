@@ -65,6 +65,9 @@ CLI::App* add_profile_command(CLI::App& app, ProfileCommandOptions& options) {
 void run_profile(const ProfileCommandOptions& options, const CommandIo& io) {
   apply_threads(options.threads);
   const Precision precision = cpu_precision(options.precision);
+  if (!options.out.empty()) {
+    check_output_file("--out", options.out);  // before profiling
+  }
   Workload workload(options.model, options.seed);
   const Batch sample = workload.next_batch();
   ProfileOptions profile_options =

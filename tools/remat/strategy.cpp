@@ -1,6 +1,7 @@
 // strategy.cpp: plan summaries for the tool's reports (strategy.h).
 #include "strategy.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <iomanip>
@@ -145,12 +146,15 @@ std::optional<std::string> budget_note(const PlanChoice& choice) {
 
 std::optional<std::string> bare_number_hint(
     const std::string& text, bool percentages) {
-  const size_t first = text.find_first_not_of(" \t");
+  // The blanks Budget::parse trims: a unit-less number followed by a
+  // newline (or after "total: ") is as unit-less as without it.
+  const char* const blanks = " \t\r\n";
+  const size_t first = text.find_first_not_of(blanks);
   if (first == std::string::npos) {
     return std::nullopt;
   }
   std::string number =
-      text.substr(first, text.find_last_not_of(" \t") - first + 1);
+      text.substr(first, text.find_last_not_of(blanks) - first + 1);
   const std::string total = "total:";
   std::string prefix;
   if (number.size() > total.size() &&
@@ -160,6 +164,8 @@ std::optional<std::string> bare_number_hint(
           })) {
     prefix = number.substr(0, total.size());
     number = number.substr(total.size());
+    const size_t start = number.find_first_not_of(blanks);
+    number = start == std::string::npos ? "" : number.substr(start);
   }
   if (number.empty() ||
       number.find_first_not_of("0123456789.") != std::string::npos) {
@@ -179,6 +185,26 @@ std::optional<std::string> bare_number_hint(
   meant.push_back(prefix + number + "MiB");
   if (whole) {
     meant.push_back(prefix + number + "B (bytes)");
+  }
+  // Suggest only what Budget::parse takes ("1..2MiB", "99999999999999999999B"
+  // and "1.0000001MiB" are not budgets).
+  meant.erase(
+      std::remove_if(
+          meant.begin(),
+          meant.end(),
+          [](const std::string& form) {
+            try {
+              Budget::parse(form.substr(0, form.find(' ')));
+              return false;
+            } catch (const c10::Error&) {
+              return true;
+            }
+          }),
+      meant.end());
+  if (meant.empty()) {
+    return "'" + text +
+           "' has no unit and is not a number of bytes or a "
+           "percentage; expected e.g. 512MiB, 1GiB or 50%";
   }
   std::string hint = "'" + text + "' has no unit; did you mean ";
   for (size_t k = 0; k < meant.size(); ++k) {

@@ -38,6 +38,23 @@ void require_positive(const char* flag, int64_t value) {
   }
 }
 
+// Model sizes beyond these are typos (or 2^63): refused by name before any
+// allocation, instead of a std::bad_alloc, a LibTorch size overflow, signed
+// overflow in the size arithmetic, or hours spent building modules.
+constexpr int64_t kMaxLayers = 100000;
+constexpr int64_t kMaxWidth = int64_t{1} << 20;  // --hidden, --heads
+constexpr int64_t kMaxBatch = int64_t{1} << 24;  // fit's --max-batch
+constexpr int64_t kMaxSeq = int64_t{1} << 18;    // fit's --max-seq-len
+constexpr int64_t kMaxImage = int64_t{1} << 16;  // resnet's --image
+
+void require_at_most(const char* flag, int64_t value, int64_t limit) {
+  if (value > limit) {
+    throw UsageError(
+        std::string(flag) + ": expected at most " + std::to_string(limit) +
+        ", got " + std::to_string(value));
+  }
+}
+
 std::string read_text_file(const std::string& path) {
   std::string text = read_regular_file("--data", path);
   if (text.empty()) {
@@ -223,6 +240,11 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
   require_positive("--layers", flags.layers);
   require_positive("--hidden", flags.hidden);
   require_positive("--batch", flags.batch);
+  require_at_most("--layers", flags.layers, kMaxLayers);
+  require_at_most("--hidden", flags.hidden, kMaxWidth);
+  require_at_most("--batch", flags.batch, kMaxBatch);
+  require_at_most("--heads", flags.heads, kMaxWidth);
+  require_at_most("--seq", flags.seq, kMaxSeq);
   if (!(flags.dropout >= 0 && flags.dropout < 1)) {
     throw UsageError(
         "--dropout: expected a probability in [0, 1), got " +
@@ -289,6 +311,8 @@ Workload::Workload(const ModelFlags& flags, uint64_t seed)
            << "; synthetic teacher task";
   } else if (flags.model == "resnet") {
     require_positive("--image", flags.image);
+    // (A U-Net's --image is checked below against the memory it would take.)
+    require_at_most("--image", flags.image, kMaxImage);
     const int64_t stages = 4;
     if (flags.image % (int64_t{1} << (stages - 1)) != 0) {
       throw UsageError(
