@@ -386,6 +386,31 @@ TEST(FitBatch, HugeBoundsAndChangingStagesAreHandled) {
   });
   EXPECT_NE(changing.find("the same stages at every size"), std::string::npos)
       << changing;
+  // A graph whose stages read other stages at other sizes: the answers
+  // would rest on a profile of another graph.
+  using In = const std::vector<torch::Tensor>&;
+  const auto graph_of_size = [](int64_t n) {
+    std::vector<remat::GraphStage> stages = {
+        {[](In in) { return torch::tanh(in[0]); }, nullptr, {-1}},
+        {[](In in) { return in[0] * 2; }, nullptr, {0}},
+        {[](In in) { return in[0].sigmoid(); }, nullptr, {1}}};
+    if (n > 8) {
+      stages[2] = {[](In in) { return in[0] * in[1]; }, nullptr, {1, 0}};
+    }
+    return stages;
+  };
+  const std::string rewired = message([&] {
+    remat::fit_size(
+        [&](int64_t n) {
+          return remat::GraphFitProblem{
+              graph_of_size(n), torch::randn({n, 16}).requires_grad_(true)};
+        },
+        1 << 20,
+        remat::FitSizeOptions().probe_size(4).max_size(64));
+  });
+  EXPECT_NE(rewired.find("the same graph at every size"), std::string::npos)
+      << rewired;
+  EXPECT_NE(rewired.find("stage 2 reading [1]"), std::string::npos) << rewired;
 }
 
 TEST(FitSize, RefusesBadArgumentsNamingTheValue) {

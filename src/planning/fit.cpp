@@ -341,6 +341,21 @@ void check_arguments(
   units_of(options, options.max_size());
 }
 
+/// What each stage reads: a chain's stages read the one before (nothing to
+/// compare), a graph's their inputs.
+std::vector<std::vector<int>> inputs_of(const FitProblem& /*problem*/) {
+  return {};
+}
+
+std::vector<std::vector<int>> inputs_of(const GraphFitProblem& problem) {
+  std::vector<std::vector<int>> inputs;
+  inputs.reserve(problem.stages.size());
+  for (const GraphStage& stage : problem.stages) {
+    inputs.push_back(stage.inputs);
+  }
+  return inputs;
+}
+
 /// make_problem, its result checked.
 template <typename Problem>
 class Problems {
@@ -363,9 +378,11 @@ class Problems {
         " stages and ",
         problem.input.defined() ? "an" : "an undefined",
         " input");
-    // Sizes share one model of the stages: their count may not change.
+    // Sizes share one model of the stages: their count may not change, nor
+    // what each stage reads.
     if (!first_) {
       first_ = std::make_pair(size, problem.stages.size());
+      first_inputs_ = inputs_of(problem);
     }
     TORCH_CHECK(
         problem.stages.size() == first_->second,
@@ -378,6 +395,25 @@ class Problems {
         problem.stages.size(),
         " at size ",
         size);
+    const std::vector<std::vector<int>> inputs = inputs_of(problem);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      TORCH_CHECK(
+          inputs[i] == first_inputs_[i],
+          names_.function,
+          ": make_problem must return the same graph at every size, got "
+          "stage ",
+          i,
+          " reading ",
+          c10::IntArrayRef(std::vector<int64_t>(
+              first_inputs_[i].begin(), first_inputs_[i].end())),
+          " at size ",
+          first_->first,
+          " and ",
+          c10::IntArrayRef(
+              std::vector<int64_t>(inputs[i].begin(), inputs[i].end())),
+          " at size ",
+          size);
+    }
     return problem;
   }
 
@@ -385,6 +421,7 @@ class Problems {
   const std::function<Problem(int64_t)>& make_problem_;
   Names names_;
   mutable std::optional<std::pair<int64_t, size_t>> first_;  // size, stages
+  mutable std::vector<std::vector<int>> first_inputs_;  // (graphs) at first_
 };
 
 /// Step 1 (NOTE: [Fitting a size]): the model through the chains profiled
