@@ -737,7 +737,7 @@ torch::Tensor stage_output(torch::Tensor output, int64_t index) {
       output.defined(),
       "remat: stage ",
       index,
-      " of the chain returned an undefined tensor; every stage must return "
+      " returned an undefined tensor; every stage must return "
       "a defined tensor");
   if (output.has_storage() &&
       output.storage().nbytes() > static_cast<size_t>(output.nbytes())) {
