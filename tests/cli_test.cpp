@@ -2264,4 +2264,39 @@ TEST(RunCli, ExplainRefusesModelFlagsWithAChainFile) {
   }
 }
 
+// A diverging run (a learning rate far too large) stops with an error at
+// the first non-finite loss instead of training on NaN and exiting 0; a
+// learning rate no float holds is refused by name.
+TEST(RunCli, TrainStopsAtANonFiniteLoss) {
+  const ProcessResult diverged = run_in_process(
+      {"train",
+       "--model",
+       "mlp",
+       "--layers",
+       "2",
+       "--hidden",
+       "4",
+       "--batch",
+       "2",
+       "--steps",
+       "4",
+       "--lr",
+       "1e30"});
+  EXPECT_EQ(diverged.exit_code, 1) << describe(diverged);
+  EXPECT_NE(diverged.err.find("training diverged"), std::string::npos)
+      << describe(diverged);
+  const ProcessResult huge = run_in_process(
+      {"train",
+       "--model",
+       "mlp",
+       "--layers",
+       "2",
+       "--steps",
+       "1",
+       "--lr",
+       "1e39"});
+  EXPECT_EQ(huge.exit_code, 1) << describe(huge);
+  EXPECT_NE(huge.err.find("--lr"), std::string::npos) << describe(huge);
+}
+
 }  // namespace

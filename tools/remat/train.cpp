@@ -65,6 +65,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -150,12 +151,16 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
             try {
               size_t used = 0;
               const double value = std::stod(text, &used);
-              if (used == text.size() && value > 0 && std::isfinite(value)) {
+              // The optimizers take it as a float.
+              if (used == text.size() && value > 0 &&
+                  value <= std::numeric_limits<float>::max()) {
                 return std::string();
               }
             } catch (const std::exception&) {
             }
-            return "expected a positive number, got '" + text + "'";
+            return "expected a positive number of at most 3.4e38 (a float), "
+                   "got '" +
+                   text + "'";
           },
           "POSITIVE")
       ->capture_default_str();
@@ -1139,6 +1144,14 @@ void run_steps(
     const StepResult result = trainers.planned->step(batch, seed);
     planned_wall_s += seconds_since(step_timer);
     record_step(run, result);
+    if (!std::isfinite(result.loss)) {
+      // Every later step would be NaN too: stop, and do not exit 0.
+      std::ostringstream message;
+      message << "step " << step + 1 << ": the loss is " << result.loss
+              << ": training diverged (try a smaller --lr, now " << options.lr
+              << ")";
+      throw UsageError(message.str());
+    }
     if (run.dynamic) {
       observe_dynamic_step(run, result, batch_input_bytes);
     }
