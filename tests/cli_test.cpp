@@ -1645,6 +1645,7 @@ TEST(RunCli, FitRefusesBadFlagValuesNamingThem) {
   };
   const std::vector<Case> cases = {
       {{"fit", "--cap", "50%"}, {"--cap", "'50%'"}},
+      {{"fit", "--cap", "none"}, {"--cap", "'none'", "no limit"}},
       {{"fit", "--cap", "1MiB", "--over", "width"}, {"--over", "width"}},
       {{"fit", "--cap", "1MiB", "--over", "seq-len", "--model", "mlp"},
        {"--over seq-len", "--model mlp"}},

@@ -335,6 +335,9 @@ Budget parse_cap(const std::string& text) {
   } catch (const c10::Error&) {
     throw refuse("");
   }
+  if (cap.is_none()) {
+    throw refuse(" (a cap is bytes; 'none' would set no limit to fit under)");
+  }
   if (cap.kind() != Budget::Kind::kBytes && !cap.is_total()) {
     throw refuse(" (a cap is bytes, not a percentage of a plan's peak)");
   }
