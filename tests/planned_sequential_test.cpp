@@ -687,6 +687,32 @@ TEST(AutoCheckpoint, AnInputGradientTheProfileDidNotMeasureIsRefused) {
       with_grad.stage(0).backward_tmp_bytes);
 }
 
+// A refused input computed by earlier modules (head(x)) must not be told to
+// pass input.detach(): that trains the earlier modules on no gradient,
+// silently. A leaf input may still be told so (its gradient is optional).
+TEST(AutoCheckpoint, ARefusedInputFromEarlierModulesIsNotToldToDetach) {
+  torch::manual_seed(3);
+  torch::nn::Linear head(8, 8);
+  torch::nn::Sequential body(
+      torch::nn::Linear(8, 8), torch::nn::Tanh(), torch::nn::Linear(8, 8));
+  const torch::Tensor sample = torch::randn({4, 8});  // no grad
+  auto net = remat::auto_checkpoint(body, sample, remat::Budget::parse("100%"));
+  const torch::Tensor x = torch::randn({4, 8});
+  try {
+    net->forward(head(x)).sum().backward();
+    FAIL() << "expected an error";
+  } catch (const c10::Error& error) {
+    const std::string message = error.what_without_backtrace();
+    EXPECT_NE(message.find("input_requires_grad"), std::string::npos)
+        << message;
+    EXPECT_TRUE(
+        message.find("pass input.detach()") == std::string::npos ||
+        message.find("do not pass input.detach()") != std::string::npos)
+        << message;
+  }
+  EXPECT_FALSE(head->weight.grad().defined());
+}
+
 TEST(AutoCheckpoint, ReusesThePlanOfAShapeSeenBeforeWithoutProfiling) {
   Case c = mlp_case();
   auto net = replanning(c.model, c.input, remat::Budget::fraction(0.5));

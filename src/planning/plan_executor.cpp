@@ -901,6 +901,9 @@ void check_input_gradient_profiled(
     const char* who,
     const torch::Tensor& input,
     const std::optional<bool>& profiled_input_grad) {
+  // An input computed by earlier modules passes its gradient on to them:
+  // detaching it would leave them untrained, silently, so only a leaf is
+  // offered that way out.
   TORCH_CHECK(
       !input.requires_grad() || profiled_input_grad.value_or(true),
       who,
@@ -908,7 +911,12 @@ void check_input_gradient_profiled(
       "the sample the plan was profiled on (options.input_requires_grad "
       "false), got one that requires grad: its gradient was not measured, "
       "so the peak could exceed the plan's; profile (auto_checkpoint) on a "
-      "sample that requires grad, or pass input.detach()");
+      "sample that requires grad",
+      input.grad_fn() != nullptr
+          ? " (for an input computed by earlier modules: their output for "
+            "the sample; do not pass input.detach(), which would leave them "
+            "without gradients)"
+          : ", or pass input.detach() if its gradient is not needed");
 }
 
 void check_stages(const char* who, const std::vector<Stage>& stages) {
