@@ -2216,7 +2216,8 @@ TEST(RunCli, JsonReportsNameNonUtf8PathsWithoutFailing) {
     EXPECT_EQ(result.exit_code, 0) << describe(result);
     EXPECT_EQ(result.err.find("type_error"), std::string::npos)
         << describe(result);
-    EXPECT_NO_THROW((void)nlohmann::json::parse(result.out)) << result.out;
+    nlohmann::json report;
+    EXPECT_NO_THROW(report = nlohmann::json::parse(result.out)) << result.out;
   }
 }
 
