@@ -151,16 +151,16 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& options) {
             try {
               size_t used = 0;
               const double value = std::stod(text, &used);
-              // The optimizers take it as a float.
-              if (used == text.size() && value > 0 &&
-                  value <= std::numeric_limits<float>::max()) {
-                return std::string();
+              if (used == text.size() && value > 0 && std::isfinite(value)) {
+                // The optimizers take it as a float.
+                if (value <= std::numeric_limits<float>::max()) {
+                  return std::string();
+                }
+                return "expected at most 3.4e38 (a float), got '" + text + "'";
               }
             } catch (const std::exception&) {
             }
-            return "expected a positive number of at most 3.4e38 (a float), "
-                   "got '" +
-                   text + "'";
+            return "expected a positive number, got '" + text + "'";
           },
           "POSITIVE")
       ->capture_default_str();
