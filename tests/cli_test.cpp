@@ -2248,8 +2248,8 @@ TEST(RunCli, UnitlessBudgetsAreRefusedHoweverSpacedAndHintsAreValid) {
   }
 }
 
-// explain refuses --shard with a chain file, but silently ignored every
-// other flag that shapes the profiled model (--model, --selective, ...).
+// A chain file's costs are measured already: explain refuses, by name, every
+// flag that shapes the profiled model (none is silently ignored).
 TEST(RunCli, ExplainRefusesModelFlagsWithAChainFile) {
   const std::string chain = sample_chain_file().string();
   for (const std::vector<std::string>& extra :
@@ -2257,7 +2257,8 @@ TEST(RunCli, ExplainRefusesModelFlagsWithAChainFile) {
            {"--model", "resnet"},
            {"--selective"},
            {"--precision", "bf16"},
-           {"--batch", "64"}}) {
+           {"--batch", "64"},
+           {"--shard", "2"}}) {
     std::vector<std::string> arguments = {"explain", chain, "--out", ""};
     arguments.insert(arguments.end(), extra.begin(), extra.end());
     const ProcessResult result = run_in_process(arguments);

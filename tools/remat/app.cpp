@@ -199,6 +199,7 @@ int run_cli(int argc, const char* const* argv, const CommandIo& io) {
               "--data",
               "--precision",
               "--selective",
+              "--shard",
               "--seed"}) {
           if (given(explain_command, flag)) {
             throw UsageError(

@@ -616,9 +616,7 @@ void run_bench(const BenchOptions& options, const CommandIo& io) {
                          ? nlohmann::json(options.out + "/plot.png")
                          : nlohmann::json(nullptr);
     report["summary"] = options.out + "/README.md";
-    io.out << report.dump(
-                  2, ' ', false, nlohmann::json::error_handler_t::replace)
-           << '\n';
+    io.out << report_text(report) << '\n';
   } else {
     io.out << text_table << "report    " << options.out
            << "/README.md, bench.csv"

@@ -20,6 +20,7 @@
 #include <remat/policy.h>
 #include <remat/precision.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "strategy.h"
 #include "workload.h"
@@ -306,6 +307,10 @@ std::string strategy_name(const StageCosts& costs, const BudgetFlags& flags);
 /// naming `flag` and the path on failure.
 void write_text_file(
     const std::string& flag, const std::string& path, const std::string& text);
+
+/// A --json report as the tool prints it: indented by 2, any byte that is
+/// not UTF-8 (a file name's) replaced, so that printing it never throws.
+std::string report_text(const nlohmann::json& report);
 
 /// Creates folder `path` (and parents). Throws UsageError naming `flag`.
 void make_folder(const std::string& flag, const std::string& path);

@@ -343,6 +343,10 @@ void write_text_file(
   }
 }
 
+std::string report_text(const nlohmann::json& report) {
+  return report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void check_output_file(const std::string& flag, const std::string& path) {
   const std::filesystem::path file(path);
   const std::string folder =

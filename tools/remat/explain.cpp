@@ -184,13 +184,7 @@ ExplainedModel model_to_explain(const ExplainOptions& options) {
     throw_without_distributed("--shard");
   }
 #endif
-  if (!options.chain_path.empty()) {
-    if (options.shard > 0) {
-      throw UsageError(
-          "--shard: applies to a profiled built-in model, got a chain file "
-          "(its stages carry their gathered_bytes and the chain its "
-          "resident_bytes)");
-    }
+  if (!options.chain_path.empty()) {  // no model flags (run_cli refuses them)
     return {read_costs_file("--chain", options.chain_path), options.chain_path};
   }
   if (is_graph_model(options.model.model)) {
@@ -314,10 +308,10 @@ void run_explain(const ExplainOptions& options, const CommandIo& io) {
   }
   const std::string table = planner::to_text(report);
   if (options.json) {
-    io.out << explain_json(
-                  explained, strategy, choice, report, points, plot_path, table)
-                  .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-           << '\n';
+    io.out
+        << report_text(explain_json(
+               explained, strategy, choice, report, points, plot_path, table))
+        << '\n';
   } else {
     io.out << kind_of(explained.costs) << "     " << explained.source << '\n';
     io.out << "strategy  " << strategy << ", budget " << choice.budget_text;

@@ -457,8 +457,7 @@ void render_fit_json(
                                   {"has_interval", ratio.has_interval}};
     }
   }
-  out << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-      << '\n';
+  out << report_text(report) << '\n';
 }
 
 /// Under --max-time-ratio: each answer's time per unit against no

@@ -93,9 +93,7 @@ void run_plan(const PlanOptions& options, const CommandIo& io) {
     report["extra_forwards"] = extra_forwards(choice.plan);
     report["plan"] = choice.plan.to_string();
     report["ops"] = nlohmann::json::parse(planner::to_json(choice.plan))["ops"];
-    io.out << report.dump(
-                  2, ' ', false, nlohmann::json::error_handler_t::replace)
-           << '\n';
+    io.out << report_text(report) << '\n';
     return;
   }
   std::ostringstream text;

@@ -1530,8 +1530,7 @@ void render_json(
              : nlohmann::json(nullptr)},
         {"max_loss_difference", run.max_loss_difference}};
   }
-  out << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-      << '\n';
+  out << report_text(report) << '\n';
 }
 
 /// "= predicted to the byte", or the difference in bytes.
