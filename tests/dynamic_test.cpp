@@ -593,6 +593,75 @@ TEST(DynamicRemat, TheBuiltInUNetMatchesThePlainRun) {
       *model, [&] { return model->forward(images).pow(2).mean(); });
 }
 
+// LibTorch's CPU LSTM and GRU cells split their gates with unsafe_chunk,
+// whose chunks have version counters of their own, and write them in place.
+struct RecurrentNetImpl : torch::nn::Module {
+  explicit RecurrentNetImpl(bool gru) {
+    if (gru) {
+      gru_ = register_module(
+          "gru",
+          torch::nn::GRU(torch::nn::GRUOptions(12, 16).num_layers(2).dropout(
+              0.3)));
+    } else {
+      lstm_ = register_module(
+          "lstm",
+          torch::nn::LSTM(torch::nn::LSTMOptions(12, 16).num_layers(2).dropout(
+              0.3)));
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    const torch::Tensor out =
+        gru_ ? std::get<0>(gru_->forward(x)) : std::get<0>(lstm_->forward(x));
+    return out.tanh().pow(2).mean();
+  }
+  torch::nn::GRU gru_{nullptr};
+  torch::nn::LSTM lstm_{nullptr};
+};
+TORCH_MODULE(RecurrentNet);
+
+TEST(DynamicRemat, LstmAndGruMatchThePlainRun) {
+  for (const bool gru : {false, true}) {
+    SCOPED_TRACE(gru ? "GRU" : "LSTM");
+    torch::manual_seed(27);
+    RecurrentNet model(gru);
+    const auto sequence = torch::randn({10, 4, 12});  // time, batch, features
+    expect_plain_at_a_third(
+        *model, [&] { return model->forward(sequence); });
+  }
+}
+
+// In-place writes on unsafe_chunk's chunks, written out; and rrelu in
+// training mode, which fills a noise tensor made inside the scope without
+// moving its version counter.
+struct ChunkedGatesImpl : torch::nn::Module {
+  ChunkedGatesImpl() {
+    for (int i = 0; i < 3; ++i) {
+      gates.push_back(register_module(
+          "gates" + std::to_string(i), torch::nn::Linear(16, 48)));
+    }
+  }
+  torch::Tensor forward(torch::Tensor h) {
+    for (torch::nn::Linear& layer : gates) {
+      const std::vector<torch::Tensor> c =
+          layer->forward(h).unsafe_chunk(3, 1);
+      const torch::Tensor input = c[0].sigmoid_();
+      const torch::Tensor forget = c[1].sigmoid_();
+      const torch::Tensor cell = c[2].tanh_();
+      h = torch::rrelu(forget * h + input * cell, 0.1, 0.3, /*training=*/true);
+    }
+    return (h.sin() * h).mean();
+  }
+  std::vector<torch::nn::Linear> gates;
+};
+TORCH_MODULE(ChunkedGates);
+
+TEST(DynamicRemat, WritesVersionCountersMissMatchThePlainRun) {
+  torch::manual_seed(29);
+  ChunkedGates model;
+  const auto input = torch::randn({32, 16});
+  expect_plain_at_a_third(*model, [&] { return model->forward(input); });
+}
+
 TEST(DynamicRemat, ALongChainOfRecipesIsFreedWithoutDeepRecursion) {
   // 60000 recorded calls, each recipe holding the previous value: freeing
   // them recursively would overflow the stack.

@@ -28,8 +28,24 @@ struct OpenCall {
   // Packs of tensors not known yet (the call's own outputs): resolved when
   // the call returns.
   std::vector<std::shared_ptr<DynamicSaved>> pending;
+  // Unversioned storages it writes (NOTE: [Writes version counters miss]).
+  std::vector<const c10::StorageImpl*> unversioned_writes;
 };
+
 thread_local std::vector<OpenCall> tls_open_calls;
+
+/// Whether a call open on this thread (an enclosing one) writes the
+/// unversioned storage of `tensor`.
+bool written_by_open_call(const at::Tensor& tensor) {
+  const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  for (const OpenCall& open : tls_open_calls) {
+    const auto& writes = open.unversioned_writes;
+    if (std::find(writes.begin(), writes.end(), storage) != writes.end()) {
+      return true;
+    }
+  }
+  return false;
+}
 
 /// remat's own tensor work (detach, clone, re-runs) is neither recorded nor
 /// seen by a selective region.
@@ -105,6 +121,20 @@ at::Tensor clone_storage(const at::Tensor& tensor) {
       tensor.sizes(), tensor.strides(), tensor.storage_offset());
 }
 
+/// Arguments LibTorch writes without its schema saying so and without
+/// moving their version counters: a batch norm's running statistics
+/// (LibTorch 1.13's native_batch_norm) and rrelu's noise (rrelu_with_noise
+/// fills it with the slopes it draws, and saves it for backward).
+bool hidden_write(
+    const c10::FunctionSchema& schema, const c10::Argument& declared) {
+  if (declared.name() == "running_mean" || declared.name() == "running_var") {
+    return true;
+  }
+  return declared.name() == "noise" &&
+      (schema.name() == "aten::rrelu_with_noise" ||
+       schema.name() == "aten::rrelu_with_noise_");
+}
+
 int64_t elapsed_ns(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now() - start)
@@ -160,7 +190,9 @@ const std::vector<std::shared_ptr<DynamicValue>>* DynamicRuntime::registered_on(
     return nullptr;
   }
   const auto found = registry_.find(tensor.storage().unsafeGetStorageImpl());
-  return found == registry_.end() ? nullptr : &found->second.values;
+  return found == registry_.end() || found->second.unversioned
+      ? nullptr
+      : &found->second.values;
 }
 
 std::shared_ptr<DynamicValue> DynamicRuntime::find(
@@ -230,6 +262,10 @@ void DynamicRuntime::register_output(
   if (auto known = find(tensor)) {
     return;  // an alias of a known value (an outer composite's output)
   }
+  Registered& registered = entry_of(tensor);
+  if (registered.unversioned) {
+    return;  // its state is not known by version
+  }
   auto value = std::make_shared<DynamicValue>();
   value->producer = call;
   value->output_index = index;
@@ -244,12 +280,65 @@ void DynamicRuntime::register_output(
           tensor.getIntrusivePtr());
   value->last_use = clock_;
   call->outputs[index] = value;
-  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-  Registered& registered = registry_[storage];
-  if (registered.values.empty()) {
+  registered.values.push_back(std::move(value));
+}
+
+DynamicRuntime::Registered& DynamicRuntime::entry_of(const at::Tensor& tensor) {
+  Registered& registered = registry_[tensor.storage().unsafeGetStorageImpl()];
+  if (registered.storage.expired()) {
+    registered = Registered{};  // new, or a dead storage's address reused
     registered.storage = tensor.storage().getWeakStorageImpl();
   }
-  registered.values.push_back(std::move(value));
+  return registered;
+}
+
+// NOTE: [Writes version counters miss]
+// Values are found by version because the aliases of a storage share one
+// version counter, so that one version is one state of the storage. Two
+// kinds of write break that, and a value on such a storage could then be
+// taken for a state it is not in (its held tensor read after the write, or a
+// rebuilt alias of the wrong state):
+//  - a write through an alias with a counter of its own: unsafe_split's
+//    chunks (the CPU LSTM and GRU cells write them in place) and
+//    _unsafe_view's outputs alias their input without sharing its counter;
+//  - a write LibTorch makes without moving any counter (hidden_write: rrelu
+//    fills a noise tensor it made with empty_like just before).
+// Such a storage is marked unversioned before the write (the call may save
+// what it writes): it is no longer looked up, so what is saved or made on it
+// from then on is held as it is (untracked, as a plain run holds it) and a
+// later call that reads it holds it as a constant; its values recorded
+// before are never evicted (what autograd saved of them is what a plain
+// backward reads), and a re-run that reads one of them recomputes it from
+// its recipe, which gives its recorded state. A write the recording does
+// not see (grad mode off, a call it cannot record) through an alias with a
+// counter of its own is not caught.
+void DynamicRuntime::mark_unversioned(Registered& entry) {
+  entry.unversioned = true;
+  for (const std::shared_ptr<DynamicValue>& value : entry.values) {
+    value->unversioned = true;
+  }
+}
+
+void DynamicRuntime::note_own_counters(
+    const std::vector<at::Tensor>& arguments,
+    const std::vector<at::Tensor>& outputs,
+    const std::vector<bool>& declared_aliases) {
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const at::Tensor& output = outputs[k];
+    // A view shares its base's counter, and a declared alias (an in-place or
+    // out= call's result, detach) is one of the arguments or shares theirs.
+    if (declared_aliases[k] || !recordable_tensor(output) || output.is_view()) {
+      continue;
+    }
+    for (const at::Tensor& argument : arguments) {
+      if (argument.defined() && argument.has_storage() &&
+          !argument.is_same(output) &&
+          argument.storage().is_alias_of(output.storage())) {
+        entry_of(output).own_counters = true;
+        break;
+      }
+    }
+  }
 }
 
 void DynamicRuntime::purge_registry() {
@@ -278,6 +367,7 @@ void DynamicRuntime::record_call(
   // that moves marks a write the schema may not declare (LibTorch 1.13's
   // native_batch_norm writes its running statistics without saying so).
   std::vector<std::pair<at::Tensor, int64_t>> argument_versions;
+  std::vector<const c10::StorageImpl*> unversioned_writes;
   const bool random = op.hasTag(at::Tag::nondeterministic_seeded);
   {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
@@ -286,19 +376,37 @@ void DynamicRuntime::record_call(
     for (std::ptrdiff_t i = 0; i < argument_count; ++i) {
       c10::IValue& argument = call->arguments[i];
       const c10::Argument& declared = schema.arguments()[i];
-      // Running statistics are written by batch norms whose schema does not
-      // say so (LibTorch 1.13's native_batch_norm), without moving their
-      // version counters.
+      const bool hidden = hidden_write(schema, declared);
       const bool written = (declared.alias_info() != nullptr &&
                             declared.alias_info()->isWrite()) ||
-                           declared.name() == "running_mean" ||
-                           declared.name() == "running_var";
+          hidden;
       auto add_slot = [&](const at::Tensor& tensor, bool in_list) {
         DynamicSlot slot;
         slot.argument = i;
         slot.in_list = in_list;
         slot.written = written;
         slot.value = find_or_view(tensor);
+        // Before the call, which may save what it writes (NOTE: [Writes
+        // version counters miss]).
+        if (recordable_tensor(tensor)) {
+          const auto found =
+              registry_.find(tensor.storage().unsafeGetStorageImpl());
+          if (written && found != registry_.end() &&
+              (hidden || found->second.own_counters)) {
+            mark_unversioned(found->second);
+          }
+          if (written && found != registry_.end() &&
+              found->second.unversioned) {
+            unversioned_writes.push_back(found->first);
+          }
+          // A call inside one that writes this storage and reads it (the
+          // copy of `self` an in-place call saves for its backward) would
+          // be re-run on the storage after the write: not recorded, what it
+          // makes is held as it is.
+          if (written_by_open_call(tensor)) {
+            recordable = false;
+          }
+        }
         argument_versions.emplace_back(
             tensor, tensor.defined() ? version_of(tensor) : 0);
         if (!slot.value && tensor.defined()) {
@@ -342,7 +450,8 @@ void DynamicRuntime::record_call(
     }
   }
 
-  tls_open_calls.push_back(OpenCall{&op, 0, {}, false, {}});
+  tls_open_calls.push_back(
+      OpenCall{&op, 0, {}, false, {}, std::move(unversioned_writes)});
   struct Close {
     ~Close() {
       tls_open_calls.pop_back();
@@ -351,12 +460,14 @@ void DynamicRuntime::record_call(
   const auto start = std::chrono::steady_clock::now();
   op.redispatchBoxed(below, stack);
   call->cost_ns = std::max<int64_t>(1, elapsed_ns(start));
+  std::vector<at::Tensor> arguments;  // the call's tensors, for note_own_counters
   if (recordable) {
     for (size_t j = 0; j < call->slots.size(); ++j) {
       const auto& [tensor, version] = argument_versions[j];
       if (tensor.defined() && version_of(tensor) != version) {
         call->slots[j].written = true;
       }
+      arguments.push_back(tensor);
     }
   }
   argument_versions.clear();
@@ -371,16 +482,33 @@ void DynamicRuntime::record_call(
     recordable = false;  // its RNG state was not captured
   }
   std::vector<at::Tensor> outputs;
+  std::vector<bool> declared_aliases;  // per output: its return is annotated
   if (recordable) {
-    const auto return_count =
-        static_cast<std::ptrdiff_t>(schema.returns().size());
-    for (auto it = stack->end() - return_count; it != stack->end(); ++it) {
-      flatten_tensors(*it, outputs);
+    const std::vector<c10::Argument>& returns = schema.returns();
+    const auto return_count = static_cast<std::ptrdiff_t>(returns.size());
+    for (std::ptrdiff_t r = 0; r < return_count; ++r) {
+      flatten_tensors(*(stack->end() - return_count + r), outputs);
+      declared_aliases.resize(
+          outputs.size(), returns[r].alias_info() != nullptr);
     }
   }
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   const c10::impl::ExcludeDispatchKeyGuard own_work(own_work_keys());
   if (recordable && open_) {
+    // A write the version counters saw only now (undeclared) on a storage
+    // with counters of its own; then aliases this call made so.
+    for (size_t j = 0; j < call->slots.size(); ++j) {
+      const at::Tensor& tensor = arguments[j];
+      if (call->slots[j].written && recordable_tensor(tensor)) {
+        const auto found =
+            registry_.find(tensor.storage().unsafeGetStorageImpl());
+        if (found != registry_.end() && found->second.own_counters &&
+            !found->second.unversioned) {
+          mark_unversioned(found->second);
+        }
+      }
+    }
+    note_own_counters(arguments, outputs, declared_aliases);
     ++stats_.recorded_calls;
     ++clock_;
     call->op = op;
@@ -543,7 +671,7 @@ bool DynamicRuntime::evictable(const Resident& entry) const {
   // Only remat's resident aliases hold the storage: each alias is held only
   // by remat, and the storage only by those aliases.
   for (const DynamicValue* value : entry.values) {
-    if (value->resident.use_count() != 1) {
+    if (value->resident.use_count() != 1 || value->unversioned) {
       return false;
     }
   }
@@ -616,7 +744,7 @@ at::Tensor DynamicRuntime::unpack(DynamicSaved& saved) {
   const c10::impl::ExcludeDispatchKeyGuard own_work(own_work_keys());
   value.last_use = ++clock_;
   bool fresh = false;
-  at::Tensor tensor = materialize(value, &fresh);
+  at::Tensor tensor = materialize(value, &fresh, /*as_recorded=*/false);
   if (value.saved_refs > 0 && !value.resident.defined()) {
     make_resident(value, tensor);
   }
@@ -626,16 +754,21 @@ at::Tensor DynamicRuntime::unpack(DynamicSaved& saved) {
   return tensor;
 }
 
-at::Tensor DynamicRuntime::materialize(DynamicValue& value, bool* fresh) {
+at::Tensor DynamicRuntime::materialize(
+    DynamicValue& value, bool* fresh, bool as_recorded) {
   *fresh = false;
-  if (value.resident.defined()) {
+  // What is held of an unversioned value is what autograd saved, not
+  // necessarily its recorded state (NOTE: [Writes version counters miss]).
+  const bool held_is_recorded = !(as_recorded && value.unversioned);
+  if (held_is_recorded && value.resident.defined()) {
     if (version_of(value.resident) == value.materialized_version) {
       return value.resident;
     }
     drop_resident(value);  // written since: recomputed below
   }
   at::Tensor live = tensor_of(value.live);
-  if (live.defined() && version_of(live) == value.materialized_version) {
+  if (held_is_recorded && live.defined() &&
+      version_of(live) == value.materialized_version) {
     return live.detach();
   }
   std::vector<at::Tensor> outputs = rerun(*value.producer);
@@ -643,9 +776,10 @@ at::Tensor DynamicRuntime::materialize(DynamicValue& value, bool* fresh) {
       value.output_index < static_cast<int64_t>(outputs.size()),
       "remat::DynamicRemat: a recomputation returned fewer tensors than the "
       "forward");
-  // Fresh, and writable unless it is also resident (saved) now.
-  *fresh = !value.resident.defined();
-  return outputs[value.output_index];
+  // Fresh, and writable unless it is resident (saved) now.
+  const at::Tensor& result = outputs[value.output_index];
+  *fresh = !(value.resident.defined() && value.resident.is_same(result));
+  return result;
 }
 
 std::vector<at::Tensor> DynamicRuntime::rerun(DynamicCall& call) {
@@ -656,7 +790,7 @@ std::vector<at::Tensor> DynamicRuntime::rerun(DynamicCall& call) {
     at::Tensor input;
     if (slot.value) {
       bool fresh = false;
-      input = materialize(*slot.value, &fresh);
+      input = materialize(*slot.value, &fresh, /*as_recorded=*/true);
       if (slot.written && !fresh) {
         // Never write into a tensor someone holds; the copy keeps the rest
         // of the storage, which the written view's aliases are rebuilt from.

@@ -14,8 +14,12 @@
 // made outside the scope, the tensor detached), its measured time, and
 // for an operator tagged nondeterministic_seeded the RNG state before it
 // (NOTE: [Recompute and RNG]). A slot is "written" when the schema says so,
-// when its version counter moved during the call, or when it is a batch
-// norm's running_mean / running_var (written by LibTorch 1.13 without either).
+// when its version counter moved during the call, or when LibTorch writes it
+// without either (a batch norm's running_mean / running_var in 1.13, rrelu's
+// noise). A storage written where its version counters cannot see (that
+// hidden write into a tracked value, or a write through an alias with a
+// counter of its own, as unsafe_split's chunks) is no longer tracked from
+// then on (NOTE: [Writes version counters miss] in runtime.cpp).
 // Each tensor output that is not already known, and that is no alias of a
 // tensor from outside the scope (a transposed weight, a buffer written in
 // place), becomes a `Value`: a recipe (its call and output index), its geometry
@@ -113,6 +117,11 @@ struct DynamicValue {
   const c10::StorageImpl* resident_storage = nullptr;
   int64_t saved_refs = 0;  // saved-tensor hooks that refer to it
   int64_t last_use = 0;    // the runtime's clock at its last pack or unpack
+  // Its storage was written where its version counter cannot see (NOTE:
+  // [Writes version counters miss] in runtime.cpp): what is held of it may
+  // not be its recorded state, so it is never evicted, and a re-run that
+  // reads it recomputes it.
+  bool unversioned = false;
 };
 
 /// Where a recorded call's argument tensor comes from when it is re-run.
@@ -180,6 +189,12 @@ class DynamicRuntime : public std::enable_shared_from_this<DynamicRuntime> {
     c10::weak_intrusive_ptr<c10::StorageImpl> storage{
         c10::intrusive_ptr<c10::StorageImpl>()};
     std::vector<std::shared_ptr<DynamicValue>> values;
+    // Aliased by a tensor with a version counter of its own (an output of
+    // unsafe_split or _unsafe_view).
+    bool own_counters = false;
+    // Written where a version counter cannot see: no longer found by
+    // version (NOTE: [Writes version counters miss]).
+    bool unversioned = false;
   };
   struct Resident {  // one storage held for saved values
     int64_t bytes = 0;
@@ -197,6 +212,17 @@ class DynamicRuntime : public std::enable_shared_from_this<DynamicRuntime> {
       int64_t index,
       const at::Tensor& tensor);
   void purge_registry();
+  /// The registry's entry for `tensor`'s storage, made if new.
+  Registered& entry_of(const at::Tensor& tensor);
+  /// Marks the values on `entry`'s storage unversioned; the storage is no
+  /// longer looked up by version.
+  void mark_unversioned(Registered& entry);
+  /// Notes outputs of `call` that alias an argument's storage with a
+  /// version counter of their own.
+  void note_own_counters(
+      const std::vector<at::Tensor>& arguments,
+      const std::vector<at::Tensor>& outputs,
+      const std::vector<bool>& declared_aliases);
   /// Tracks `tensor`, saved through `saved`, as `value`; throws if the
   /// operator running now needs more than the budget (nothing changed then).
   void attach(
@@ -205,8 +231,10 @@ class DynamicRuntime : public std::enable_shared_from_this<DynamicRuntime> {
       const at::Tensor& tensor);
 
   /// The value's tensor, recomputed if needed; `fresh` tells whether it was
-  /// made by this call (and so may be written).
-  at::Tensor materialize(DynamicValue& value, bool* fresh);
+  /// made by this call (and so may be written). `as_recorded`: the state the
+  /// value was recorded in (a re-run's input), recomputed for an unversioned
+  /// value; otherwise what autograd saved (an unpack).
+  at::Tensor materialize(DynamicValue& value, bool* fresh, bool as_recorded);
   /// Re-runs `call` below autograd; its tensor outputs, flattened.
   std::vector<at::Tensor> rerun(DynamicCall& call);
   void make_resident(DynamicValue& value, const at::Tensor& tensor);
