@@ -27,8 +27,11 @@
 // made before the scope (parameters, inputs) and views of them (a transposed
 // weight), tensors made with grad mode off or by custom autograd
 // functions, outputs of calls whose arguments cannot be recorded (lists of
-// optional tensors, objects), and saved views of a storage with no recorded
-// tensor of their dtype at their version (one written by an unrecorded call).
+// optional tensors, objects), saved views of a storage with no recorded
+// tensor of their dtype at their version (one written by an unrecorded call),
+// and, from the write on, tensors on a storage written where its version
+// counters cannot see (unsafe_chunk's chunks written in place, as LibTorch's
+// CPU LSTM and GRU cells do; rrelu's noise).
 //
 // retain_graph works: a saved tensor is freed when autograd frees it.
 //
@@ -85,7 +88,10 @@ struct DynamicRematStats {
 };
 
 /// RAII scope: while it is alive on this thread, the activations autograd
-/// saves stay within a byte budget; backward recomputes what was evicted.
+/// saves are evicted down to a byte budget whenever they exceed it (what
+/// cannot be evicted yet still counts: see "What counts" above, so
+/// tracked_peak_bytes may end above the budget); backward recomputes what was
+/// evicted.
 ///
 /// Example:
 // clang-format off
