@@ -29,7 +29,8 @@
 // model plainly inside a DynamicRemat scope (Trainer::run_dynamic) whose
 // budget is half the run's budget less the input at the first step, then,
 // before each step, the budget less the largest overhead a step has shown
-// beyond the scope's tracked bytes (retune_dynamic_scope; docs/cli.md).
+// beyond the scope's tracked bytes, never lowered when the scope could not
+// keep its budget (retune_dynamic_scope; docs/cli.md).
 //
 // Self-correction: an optimal plan (--strategy optimal, chain or graph; not
 // a GPT recipe, not in a process group, where every rank must run rank 0's
@@ -520,6 +521,8 @@ struct TrainRun {
     double overhead_per_input_byte = 0;
     /// The highest tracked peak over the steps.
     int64_t tracked_peak_bytes = 0;
+    /// The last step's tracked peak.
+    int64_t last_tracked_peak_bytes = 0;
     /// The most bytes one recorded call saved in any step: the scope's
     /// budget never goes below it.
     int64_t largest_call_bytes = 0;
@@ -749,6 +752,7 @@ void observe_dynamic_step(
                            : result.dynamic->tracked_peak_bytes;
   const int64_t overhead = peak - held;
   dynamic.overhead_bytes = std::max(dynamic.overhead_bytes, overhead);
+  dynamic.last_tracked_peak_bytes = result.dynamic->tracked_peak_bytes;
   dynamic.largest_call_bytes =
       std::max(dynamic.largest_call_bytes, result.dynamic->largest_call_bytes);
   dynamic.overhead_per_input_byte = std::max(
@@ -764,7 +768,10 @@ void observe_dynamic_step(
 /// quarter of the first step's budget (a budget the overhead alone fills is
 /// not kept: the summary says by how much) nor below what the largest
 /// recorded call has saved (the scope would refuse that call), nor above the
-/// budget less the input.
+/// budget less the input; and never lowered after a step whose tracked peak
+/// exceeded the scope's budget by more than that margin: what the scope
+/// could not evict then was held by the running code, and a lower budget
+/// would only recompute more for the same peak.
 void retune_dynamic_scope(
     TrainRun& run, int64_t batch_input_bytes, Trainer& trainer) {
   TrainRun::Dynamic& dynamic = *run.dynamic;
@@ -774,13 +781,19 @@ void retune_dynamic_scope(
       static_cast<int64_t>(std::ceil(
           dynamic.overhead_per_input_byte *
           static_cast<double>(batch_input_bytes))));
-  const int64_t retuned = std::clamp<int64_t>(
-      budget - overhead - budget / 32,
+  const int64_t margin = budget / 32;
+  int64_t retuned = std::clamp<int64_t>(
+      budget - overhead - margin,
       std::max<int64_t>(
           {1,
            dynamic.first_scope_budget_bytes / 4,
            dynamic.largest_call_bytes}),
       budget - run.input_bytes);
+  if (retuned < dynamic.scope_budget_bytes &&
+      dynamic.last_tracked_peak_bytes >
+          dynamic.scope_budget_bytes + margin) {
+    retuned = dynamic.scope_budget_bytes;
+  }
   if (retuned != dynamic.scope_budget_bytes) {
     dynamic.scope_budget_bytes = retuned;
     trainer.run_dynamic(DynamicRematOptions().budget_bytes(retuned));
