@@ -1,9 +1,9 @@
 // The kernels of fill_kernels.h. The inner loops have a fixed trip count, no
 // early exit and no aliasing, so GCC vectorizes them; target_clones builds
 // AVX-512 and AVX2 versions next to the baseline x86-64 (SSE2) one and picks
-// at load time, so the library runs on any x86-64 (no -march=native). Each version
-// evaluates the same float expression per element, in the same order, with
-// no FMA (nothing is multiplied), so results are bit-identical across
+// at load time, so the library runs on any x86-64 (no -march=native). Each
+// version evaluates the same float expression per element, in the same order,
+// with no FMA (nothing is multiplied), so results are bit-identical across
 // versions and to the scalar reference fill.
 #include "fill_kernels.h"
 

@@ -3,9 +3,9 @@
 // recurrence (which options each segment has, and from which memory each is
 // feasible) is segment_recurrence.h; the table, segment_table.h.
 //
-// Speed: the inner loop over m is a contiguous min-plus update in 8-float
-// vectors (fill_kernels.cpp: AVX-512, AVX2 and baseline clones, bit-identical); an
-// option stops at the first chunk of slots where its lower bound can no
+// Speed: the inner loop over m is a contiguous min-plus update in 16-float
+// vectors (fill_kernels.cpp: AVX-512, AVX2 and baseline clones, bit-identical);
+// an option stops at the first chunk of slots where its lower bound can no
 // longer win; the rows a split will read are prefetched one segment ahead;
 // segments are filled in blocks of kBlock so that rows are reused from cache,
 // and the rows below a block in groups of kGroup so that each row a split

@@ -790,8 +790,7 @@ void retune_dynamic_scope(
            dynamic.largest_call_bytes}),
       budget - run.input_bytes);
   if (retuned < dynamic.scope_budget_bytes &&
-      dynamic.last_tracked_peak_bytes >
-          dynamic.scope_budget_bytes + margin) {
+      dynamic.last_tracked_peak_bytes > dynamic.scope_budget_bytes + margin) {
     retuned = dynamic.scope_budget_bytes;
   }
   if (retuned != dynamic.scope_budget_bytes) {
