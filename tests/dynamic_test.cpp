@@ -538,7 +538,8 @@ ModelStep model_step(
 }
 
 /// The built-in models (attention with dropout and masks, BatchNorm,
-/// pooling, convolutions, concatenated skips) at a third of what they save:
+/// pooling, convolutions, concatenated skips, recurrent layers) at a third of
+/// what they save, or what one call saves if more:
 /// gradients and buffers bitwise the plain run's.
 void expect_plain_at_a_third(
     torch::nn::Module& model, const std::function<torch::Tensor()>& loss_of) {
@@ -549,7 +550,10 @@ void expect_plain_at_a_third(
   const ModelStep plain = model_step(model, initial, loss_of, std::nullopt);
   const ModelStep roomy = model_step(model, initial, loss_of, int64_t{1} << 40);
   ASSERT_EQ(roomy.stats.evictions, 0);
-  const int64_t budget = roomy.stats.tracked_peak_bytes / 3;
+  // A third of the tracked peak, but not below one call's own saved tensors
+  // (LibTorch 2.x runs a CPU LSTM layer as one mkldnn_rnn_layer call).
+  const int64_t budget = std::max(
+      roomy.stats.tracked_peak_bytes / 3, roomy.stats.largest_call_bytes);
   const ModelStep tight = model_step(model, initial, loss_of, budget);
   for (size_t i = 0; i < plain.grads.size(); ++i) {
     EXPECT_TRUE(remat::testing::bitwise_equal_or_both_undefined(
@@ -600,13 +604,13 @@ struct RecurrentNetImpl : torch::nn::Module {
     if (gru) {
       gru_ = register_module(
           "gru",
-          torch::nn::GRU(torch::nn::GRUOptions(12, 16).num_layers(2).dropout(
-              0.3)));
+          torch::nn::GRU(
+              torch::nn::GRUOptions(12, 16).num_layers(2).dropout(0.3)));
     } else {
       lstm_ = register_module(
           "lstm",
-          torch::nn::LSTM(torch::nn::LSTMOptions(12, 16).num_layers(2).dropout(
-              0.3)));
+          torch::nn::LSTM(
+              torch::nn::LSTMOptions(12, 16).num_layers(2).dropout(0.3)));
     }
   }
   torch::Tensor forward(const torch::Tensor& x) {
@@ -625,8 +629,7 @@ TEST(DynamicRemat, LstmAndGruMatchThePlainRun) {
     torch::manual_seed(27);
     RecurrentNet model(gru);
     const auto sequence = torch::randn({10, 4, 12});  // time, batch, features
-    expect_plain_at_a_third(
-        *model, [&] { return model->forward(sequence); });
+    expect_plain_at_a_third(*model, [&] { return model->forward(sequence); });
   }
 }
 
@@ -642,8 +645,7 @@ struct ChunkedGatesImpl : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor h) {
     for (torch::nn::Linear& layer : gates) {
-      const std::vector<torch::Tensor> c =
-          layer->forward(h).unsafe_chunk(3, 1);
+      const std::vector<torch::Tensor> c = layer->forward(h).unsafe_chunk(3, 1);
       const torch::Tensor input = c[0].sigmoid_();
       const torch::Tensor forget = c[1].sigmoid_();
       const torch::Tensor cell = c[2].tanh_();

@@ -131,8 +131,8 @@ bool hidden_write(
     return true;
   }
   return declared.name() == "noise" &&
-      (schema.name() == "aten::rrelu_with_noise" ||
-       schema.name() == "aten::rrelu_with_noise_");
+         (schema.name() == "aten::rrelu_with_noise" ||
+          schema.name() == "aten::rrelu_with_noise_");
 }
 
 int64_t elapsed_ns(std::chrono::steady_clock::time_point start) {
@@ -191,8 +191,8 @@ const std::vector<std::shared_ptr<DynamicValue>>* DynamicRuntime::registered_on(
   }
   const auto found = registry_.find(tensor.storage().unsafeGetStorageImpl());
   return found == registry_.end() || found->second.unversioned
-      ? nullptr
-      : &found->second.values;
+             ? nullptr
+             : &found->second.values;
 }
 
 std::shared_ptr<DynamicValue> DynamicRuntime::find(
@@ -379,7 +379,7 @@ void DynamicRuntime::record_call(
       const bool hidden = hidden_write(schema, declared);
       const bool written = (declared.alias_info() != nullptr &&
                             declared.alias_info()->isWrite()) ||
-          hidden;
+                           hidden;
       auto add_slot = [&](const at::Tensor& tensor, bool in_list) {
         DynamicSlot slot;
         slot.argument = i;
@@ -460,7 +460,8 @@ void DynamicRuntime::record_call(
   const auto start = std::chrono::steady_clock::now();
   op.redispatchBoxed(below, stack);
   call->cost_ns = std::max<int64_t>(1, elapsed_ns(start));
-  std::vector<at::Tensor> arguments;  // the call's tensors, for note_own_counters
+  std::vector<at::Tensor>
+      arguments;  // the call's tensors, for note_own_counters
   if (recordable) {
     for (size_t j = 0; j < call->slots.size(); ++j) {
       const auto& [tensor, version] = argument_versions[j];
@@ -776,8 +777,16 @@ at::Tensor DynamicRuntime::materialize(
       value.output_index < static_cast<int64_t>(outputs.size()),
       "remat::DynamicRemat: a recomputation returned fewer tensors than the "
       "forward");
-  // Fresh, and writable unless it is resident (saved) now.
   const at::Tensor& result = outputs[value.output_index];
+  TORCH_CHECK(
+      result.defined(),
+      "remat::DynamicRemat: a recomputation of ",
+      value.producer->op ? value.producer->op->schema().name()
+                         : std::string("a view"),
+      " gave no tensor as its output ",
+      value.output_index,
+      ", which the forward gave and backward needs");
+  // Fresh, and writable unless it is resident (saved) now.
   *fresh = !(value.resident.defined() && value.resident.is_same(result));
   return result;
 }
@@ -823,6 +832,11 @@ std::vector<at::Tensor> DynamicRuntime::rerun(DynamicCall& call) {
   std::vector<at::Tensor> outputs;
   {
     const at::AutoDispatchBelowAutograd below_autograd;
+    // Grad mode as in the forward (only calls made with it on are recorded):
+    // some kernels read it (LibTorch 2.x's mkldnn_rnn_layer makes the
+    // workspace its backward reads only then). Below autograd, no graph is
+    // built either way.
+    const c10::AutoGradMode grad_mode(true);
     if (!call.op) {
       const at::Tensor& base = inputs.at(0);
       outputs.push_back(base.as_strided(
@@ -863,8 +877,8 @@ std::vector<at::Tensor> DynamicRuntime::rerun(DynamicCall& call) {
   ++stats_.rematerializations;
   for (size_t k = 0; k < call.outputs.size() && k < outputs.size(); ++k) {
     const std::shared_ptr<DynamicValue> value = call.outputs[k].lock();
-    if (!value) {
-      continue;
+    if (!value || !outputs[k].defined()) {
+      continue;  // (an undefined one is refused where it is needed)
     }
     if (value->resident.defined() &&
         version_of(value->resident) == value->materialized_version) {
