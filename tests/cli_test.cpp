@@ -1249,6 +1249,89 @@ TEST(RematBinary, FitFlagsAnswersAtTheSearchBound) {
   }
 }
 
+// Flags without a command are `remat train`'s (docs/cli.md); the top
+// level's own --help and --version stay its own.
+TEST(RematBinary, FlagsWithoutACommandRunTrainWithThem) {
+  const ProcessResult result = run_remat(
+      "--model mlp --layers 2 --hidden 8 --batch 4 --steps 3 --no-baseline "
+      "--threads 1 --json");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  const nlohmann::json report = nlohmann::json::parse(result.out);  // held
+  EXPECT_EQ(report["steps"], 3) << result.out;
+  const ProcessResult wrong = run_remat("--steps 0");
+  EXPECT_EQ(wrong.exit_code, 1) << describe(wrong);
+  EXPECT_NE(wrong.err.find("remat train: error: --steps"), std::string::npos)
+      << describe(wrong);
+  const ProcessResult help = run_remat("--help");
+  EXPECT_EQ(help.exit_code, 0) << describe(help);
+  EXPECT_NE(help.out.find("fit"), std::string::npos) << help.out;
+  EXPECT_EQ(help.out.find("--steps"), std::string::npos)
+      << "the top level's help, not train's: " << help.out;
+  const ProcessResult version = run_remat("--version");
+  EXPECT_EQ(version.exit_code, 0) << describe(version);
+  EXPECT_NE(version.out.find("remat 0.1.0"), std::string::npos) << version.out;
+}
+
+// --max-seq-len below 4 --probe-seq-len: the model is built for
+// --max-seq-len positions and no longer length is profiled; the header
+// names the model's positions and the lengths profiled.
+TEST(RematBinary, FitOverSeqLenProfilesNoLengthAboveTheBound) {
+  const ProcessResult result = run_remat(
+      "fit --over seq-len --cap 8MiB --batch 4 --max-seq-len 32 --threads 1");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_NE(result.out.find("seq 32,"), std::string::npos) << result.out;
+  EXPECT_EQ(result.out.find("seq 64"), std::string::npos) << result.out;
+  EXPECT_NE(
+      result.out.find("probes seq-len 16, 24 and 32 (profiled for the cost "
+                      "model)"),
+      std::string::npos)
+      << result.out;
+  const ProcessResult json = run_remat(
+      "fit --over seq-len --cap 8MiB --batch 4 --max-seq-len 17 --threads 1 "
+      "--json");
+  ASSERT_EQ(json.exit_code, 0) << describe(json);
+  const nlohmann::json report = nlohmann::json::parse(json.out);  // held
+  EXPECT_EQ(report.at("profiled_sizes"), nlohmann::json::array({16, 17}))
+      << json.out;
+  for (const auto& answer : report.at("answers")) {
+    EXPECT_EQ(answer["size"], 17) << answer.dump();
+  }
+}
+
+// Where no checkpointing fits nothing, a ratio against its answer is
+// undefined: "—" in the table, null in the JSON, never 0.00.
+TEST(RematBinary, FitRatiosAgainstNoCheckpointingThatFitsNothingAreUndefined) {
+  const std::string fit =
+      "fit --over seq-len --cap 1MiB --batch 4 --max-seq-len 40 --threads 1";
+  const ProcessResult result = run_remat(fit);
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_NE(
+      result.out.find("(not even --probe-seq-len fits)"), std::string::npos)
+      << result.out;
+  EXPECT_EQ(result.out.find("0.00 "), std::string::npos) << result.out;
+  for (const std::string strategy :
+       {"\ncheckpoint_sequential(", "\noptimal "}) {
+    const size_t begin = result.out.find(strategy);
+    ASSERT_NE(begin, std::string::npos) << strategy << " in " << result.out;
+    const std::string line =
+        result.out.substr(begin + 1, result.out.find('\n', begin + 1) - begin);
+    const size_t first = line.find("—");
+    ASSERT_NE(first, std::string::npos) << line;
+    EXPECT_NE(line.find("—", first + 1), std::string::npos) << line;
+  }
+  const ProcessResult json = run_remat(fit + " --max-time-ratio 1.5 --json");
+  ASSERT_EQ(json.exit_code, 0) << describe(json);
+  const nlohmann::json report = nlohmann::json::parse(json.out);  // held
+  const auto& answers = report.at("answers");
+  ASSERT_EQ(answers.size(), 3u) << json.out;
+  EXPECT_EQ(answers[0]["size"], 0) << json.out;
+  for (const auto& answer : answers) {
+    EXPECT_TRUE(answer["predicted"]["time_ratio"].is_null()) << answer.dump();
+    EXPECT_TRUE(answer["measured"]["time_ratio"].is_null()) << answer.dump();
+  }
+  EXPECT_GT(answers[2]["size"].get<int64_t>(), 0) << json.out;
+}
+
 // A small 2D U-Net: 2 levels of base width 4 on 32x32 phantoms.
 
 // Dice values of a train --json report, in step order.

@@ -7,7 +7,9 @@
 // each answer is the largest (one more position does not fit the
 // strategy's prediction on the chain profiled there, nor, measured, no
 // checkpointing or the least-memory plan); with a selective
-// policy the optimal plan fits at least as long a sequence.
+// policy the optimal plan fits at least as long a sequence. No size above
+// max_size is ever made, however narrow the range.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -411,6 +413,120 @@ TEST(FitBatch, HugeBoundsAndChangingStagesAreHandled) {
   EXPECT_NE(rewired.find("the same graph at every size"), std::string::npos)
       << rewired;
   EXPECT_NE(rewired.find("stage 2 reading [1]"), std::string::npos) << rewired;
+}
+
+// No problem above max_size is made, whatever the size model and however
+// narrow [probe_size, max_size]: where 2 or 4 probe_size is past max_size
+// the profiles spread over the range, and where the range holds fewer sizes
+// than the model needs every size in it is profiled. make_problem refuses
+// a size above max_size, as a model built for max_size positions does.
+TEST(FitSize, NeverMakesAProblemAboveMaxSize) {
+  using remat::SizeModel;
+  const auto sizes_of = [](SizeModel model, int64_t probe, int64_t max) {
+    return remat::fit_profile_sizes(
+        remat::FitSizeOptions().size_model(model).probe_size(probe).max_size(
+            max));
+  };
+  using Sizes = std::vector<int64_t>;
+  EXPECT_EQ(sizes_of(SizeModel::kQuadratic, 16, 512), (Sizes{16, 32, 64}));
+  EXPECT_EQ(sizes_of(SizeModel::kQuadratic, 16, 64), (Sizes{16, 32, 64}));
+  EXPECT_EQ(sizes_of(SizeModel::kQuadratic, 16, 63), (Sizes{16, 39, 63}));
+  EXPECT_EQ(sizes_of(SizeModel::kQuadratic, 16, 32), (Sizes{16, 24, 32}));
+  EXPECT_EQ(sizes_of(SizeModel::kQuadratic, 16, 18), (Sizes{16, 17, 18}));
+  EXPECT_EQ(sizes_of(SizeModel::kQuadratic, 16, 17), (Sizes{16, 17}));
+  EXPECT_EQ(sizes_of(SizeModel::kQuadratic, 16, 16), (Sizes{16}));
+  EXPECT_EQ(sizes_of(SizeModel::kAffine, 16, 512), (Sizes{16, 32}));
+  EXPECT_EQ(sizes_of(SizeModel::kAffine, 16, 20), (Sizes{16, 20}));
+  EXPECT_EQ(sizes_of(SizeModel::kAffine, 16, 17), (Sizes{16, 17}));
+  EXPECT_EQ(sizes_of(SizeModel::kAffine, 16, 16), (Sizes{16}));
+  EXPECT_EQ(
+      sizes_of(SizeModel::kQuadratic, int64_t{1} << 59, int64_t{1} << 60),
+      (Sizes{int64_t{1} << 59, 3 * (int64_t{1} << 58), int64_t{1} << 60}));
+
+  const auto stages = residual_stages(2);
+  constexpr int64_t kCap = 1 << 20;  // every size here fits
+  for (const SizeModel model : {SizeModel::kAffine, SizeModel::kQuadratic}) {
+    for (const int64_t max_size : {16, 17, 18, 20, 32, 63}) {
+      SCOPED_TRACE(
+          std::string(model == SizeModel::kAffine ? "affine" : "quadratic") +
+          ", max_size " + std::to_string(max_size));
+      std::vector<int64_t> made;
+      auto make_problem = [&](int64_t batch) {
+        made.push_back(batch);
+        TORCH_CHECK(
+            batch <= max_size,
+            "make_problem: expected a size <= ",
+            max_size,
+            ", got ",
+            batch);
+        return remat::FitProblem{stages, rows(batch)};
+      };
+      const auto options =
+          remat::FitSizeOptions().size_model(model).probe_size(16).max_size(
+              max_size);
+      std::vector<remat::FitAnswer> answers;
+      EXPECT_NO_THROW(answers = remat::fit_size(make_problem, kCap, options));
+      EXPECT_EQ(answers.size(), 3u);
+      for (const auto& answer : answers) {
+        EXPECT_EQ(answer.size, max_size) << answer.strategy;
+        EXPECT_LE(answer.measured_peak_bytes, kCap) << answer.strategy;
+      }
+      for (const int64_t size : made) {
+        EXPECT_GE(size, 16);
+        EXPECT_LE(size, max_size) << "make_problem(" << size << ")";
+      }
+      for (const int64_t size : remat::fit_profile_sizes(options)) {
+        EXPECT_NE(std::find(made.begin(), made.end(), size), made.end())
+            << "size " << size << " was not profiled";
+      }
+    }
+  }
+  // fit_batch: the batches of make_input stay within max_batch too.
+  std::vector<int64_t> batches;
+  const auto answers = remat::fit_batch(
+      [&](int64_t batch) {
+        batches.push_back(batch);
+        return rows(batch);
+      },
+      stages,
+      kCap,
+      remat::FitOptions().probe_batch(4).max_batch(5));
+  for (const auto& answer : answers) {
+    EXPECT_EQ(answer.batch, 5) << answer.strategy;
+  }
+  for (const int64_t batch : batches) {
+    EXPECT_LE(batch, 5) << "make_input(" << batch << ")";
+  }
+}
+
+// The GPT's position embedding holds seq_len positions: fitting up to
+// max_size = seq_len, with the default probe_size (16, whose 4 times is
+// past 32), never asks for a longer sequence.
+TEST(FitSize, AGptBuiltForMaxSizePositionsFitsUpToIt) {
+  namespace models = remat::models;
+  torch::manual_seed(4);
+  constexpr int64_t kVocab = 16, kBatch = 2, kMaxLength = 32;
+  const auto model = models::gpt(models::GptOptions()
+                                     .vocab(kVocab)
+                                     .seq_len(kMaxLength)
+                                     .layers(1)
+                                     .hidden(16)
+                                     .heads(2));
+  auto make_problem = [&](int64_t length) {
+    return remat::FitProblem{
+        models::gpt_stages(model, models::causal_mask(length)),
+        torch::randint(kVocab, {kBatch, length})};
+  };
+  std::vector<remat::FitAnswer> answers;
+  ASSERT_NO_THROW(
+      answers = remat::fit_size(
+          make_problem,
+          64 << 20,
+          remat::FitSizeOptions().max_size(kMaxLength)));
+  ASSERT_EQ(answers.size(), 3u);
+  for (const auto& answer : answers) {
+    EXPECT_EQ(answer.size, kMaxLength) << answer.strategy;
+  }
 }
 
 TEST(FitSize, RefusesBadArgumentsNamingTheValue) {

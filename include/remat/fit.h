@@ -44,8 +44,9 @@ namespace remat {
 /// so the optimal plan may run stages selectively, and the measured step runs
 /// them under that policy.
 struct FitOptions {
-  /// The smaller of the two profiled batches (the other is twice it), and
-  /// the smallest batch considered. Default: 4.
+  /// The smallest batch considered, and the first profiled one (the other
+  /// is twice it, or max_batch where that is smaller: fit_profile_sizes()).
+  /// Default: 4.
   TORCH_ARG(int64_t, probe_batch) = 4;
   /// The largest batch considered. Default: 4096.
   TORCH_ARG(int64_t, max_batch) = 4096;
@@ -113,8 +114,9 @@ struct FitAnswer {
 /// the input, the planner's units), measured. `make_input(b)` makes an input
 /// of batch size b (the same kind of input every time; random values are
 /// fine). Costs are modelled as affine in the batch, through profiles at
-/// probe_batch and twice it. Answers come in that order; each was verified by
-/// a measured step; FitAnswer::size and FitAnswer::batch are both the batch.
+/// probe_batch and twice it (never above max_batch: fit_profile_sizes()).
+/// Answers come in that order; each was verified by a measured step;
+/// FitAnswer::size and FitAnswer::batch are both the batch.
 ///
 /// Example:
 // clang-format off
@@ -134,6 +136,9 @@ std::vector<FitAnswer> fit_batch(
     const FitOptions& options = {});
 
 /// How the costs of a chain grow with the size fit_size() searches over.
+///
+/// The profiles are taken at the sizes fit_profile_sizes() gives, all in
+/// [probe_size, max_size].
 enum class SizeModel {
   /// Every cost affine in the size, through profiles at probe_size and
   /// 2 probe_size (a batch: what fit_batch() uses).
@@ -157,9 +162,12 @@ struct FitProblem {
 /// FitOptions.
 struct FitSizeOptions {
   /// The smallest size considered, and the first profiled one (the others
-  /// are 2 and, for SizeModel::kQuadratic, 4 times it). Default: 16.
+  /// are 2 and, for SizeModel::kQuadratic, 4 times it, or spread over
+  /// [probe_size, max_size] where those are above max_size:
+  /// fit_profile_sizes()). Default: 16.
   TORCH_ARG(int64_t, probe_size) = 16;
-  /// The largest size considered. Default: 4096.
+  /// The largest size considered; no problem larger is made or profiled.
+  /// Default: 4096.
   TORCH_ARG(int64_t, max_size) = 4096;
   /// How costs grow with the size. Default: SizeModel::kQuadratic.
   TORCH_ARG(SizeModel, size_model) = SizeModel::kQuadratic;
@@ -183,6 +191,25 @@ struct FitSizeOptions {
   TORCH_ARG(std::function<torch::Tensor(const torch::Tensor&)>, loss) = {};
 };
 
+/// The sizes fit_size() (and fit_batch(), with SizeModel::kAffine) profiles
+/// to model the costs, in increasing order, all in [probe_size, max_size]:
+/// probe_size, 2 probe_size and, for SizeModel::kQuadratic, 4 probe_size
+/// where the largest of them is at most max_size; else as many sizes as the
+/// model needs spread evenly over [probe_size, max_size] (probe_size, the
+/// midpoint rounded down, max_size); where the range holds fewer sizes than
+/// that, every size in it (a model of lower degree, exact on the whole
+/// range).
+///
+/// Example:
+// clang-format off
+///   remat::fit_profile_sizes(remat::FitSizeOptions().probe_size(16).max_size(512));  // {16, 32, 64}
+///   remat::fit_profile_sizes(remat::FitSizeOptions().probe_size(16).max_size(32));   // {16, 24, 32}
+///   remat::fit_profile_sizes(remat::FitSizeOptions().probe_size(16).max_size(17));   // {16, 17}
+// clang-format on
+///
+/// Throws c10::Error if probe_size < 1 or max_size < probe_size.
+std::vector<int64_t> fit_profile_sizes(const FitSizeOptions& options);
+
 /// For each strategy (no checkpointing, the fastest checkpoint_sequential(k)
 /// that fits, the optimal plan), the largest size n in [probe_size,
 /// max_size] whose training step stays under `cap_bytes` (activations plus
@@ -190,7 +217,8 @@ struct FitSizeOptions {
 /// chain at size n and an input of that size; the size is whatever the
 /// caller makes it: a sequence length (the stages close over a mask of that
 /// length), an image side, a batch. The memory each strategy needs must grow
-/// with n. Answers come in that order; each was verified by a measured step.
+/// with n; make_problem is called with sizes in [probe_size, max_size]
+/// only. Answers come in that order; each was verified by a measured step.
 ///
 /// Example (the built-in GPT of remat_models, over the sequence length):
 // clang-format off

@@ -21,14 +21,21 @@
 namespace remat::detail {
 
 /// The graphs profiled at a few sizes, and the graph at any size on the
-/// polynomial through them (degree: one less than the number of profiles).
+/// polynomial through them (degree: one less than the number of profiles,
+/// 1 to 3 of them at distinct sizes; one profile is a constant, exact at its
+/// own size only).
 class ChainModel {
  public:
   ChainModel(std::vector<int64_t> sizes, std::vector<planner::Graph> graphs)
       : sizes_(std::move(sizes)), profiles_(std::move(graphs)) {
     TORCH_INTERNAL_ASSERT(
-        (sizes_.size() == 2 || sizes_.size() == 3) &&
+        !sizes_.empty() && sizes_.size() <= 3 &&
         sizes_.size() == profiles_.size());
+    for (size_t k = 0; k < sizes_.size(); ++k) {
+      for (size_t j = 0; j < k; ++j) {
+        TORCH_INTERNAL_ASSERT(sizes_[j] != sizes_[k]);
+      }
+    }
   }
 
   /// The model with `graph`, profiled at `size`, in place of the profile
@@ -161,13 +168,16 @@ class ChainModel {
 
  private:
   /// `field` of the profiled chains, taken to `size` on the polynomial
-  /// through them. Newton's form: f0 + (f1 - f0) (n - n0) / (n1 - n0)
-  /// [+ (n - n0) (n - n1) f[n0, n1, n2]].
+  /// through them. Newton's form: f0 [+ (f1 - f0) (n - n0) / (n1 - n0)
+  /// [+ (n - n0) (n - n1) f[n0, n1, n2]]].
   template <typename Field>
   double value(const Field& field, int64_t size) const {
     auto at = [&](size_t k) { return field(profiles_[k]); };
     auto n = [&](size_t k) { return static_cast<double>(sizes_[k]); };
     const double x = static_cast<double>(size);
+    if (sizes_.size() == 1) {
+      return at(0);
+    }
     const double f0 = at(0), f1 = at(1);
     double result = f0 + (f1 - f0) * (x - n(0)) / (n(1) - n(0));
     if (sizes_.size() == 3) {

@@ -3,12 +3,18 @@
 //
 // NOTE: [Fitting a size]
 // 1. Profile the chain at sizes n1 = probe_size and 2 n1 (SizeModel::kAffine,
-//    fit_batch) or n1, 2 n1 and 4 n1 (kQuadratic). Every field of every stage
-//    (times, bytes, the selective costs when profiled) is modelled as the
-//    polynomial through those profiles (the line, the parabola), in Newton's
-//    form; bytes are rounded up and clamped at their smallest legal value,
-//    times at 0. A stage's selective costs are kept when every profile has
-//    them.
+//    fit_batch) or n1, 2 n1 and 4 n1 (kQuadratic). No size above max_size is
+//    ever made or profiled (make_problem may not be able to: a model built
+//    for max_size positions): where the largest of those is above it, the
+//    sizes are spread over [n1, max_size] instead (n1, the midpoint,
+//    max_size); where the range holds fewer sizes than the model needs, it
+//    is profiled at every size in it, and the model through them (a
+//    constant, a line) is exact wherever the search can look
+//    (fit_profile_sizes). Every field of every stage (times, bytes, the
+//    selective costs when profiled) is modelled as the polynomial through
+//    those profiles (the line, the parabola), in Newton's form; bytes are
+//    rounded up and clamped at their smallest legal value, times at 0. A
+//    stage's selective costs are kept when every profile has them.
 // 2. Per strategy, binary-search the largest n in [n1, max_size] that the
 //    strategy fits under the cap on the modelled chain (none: the store-all
 //    peak; checkpoint_sequential: the fastest solve_uniform(k) that fits;
@@ -310,8 +316,7 @@ void check_arguments(
       names.probe,
       " >= 1, got ",
       options.probe_size());
-  // The probes (up to 4 probe_size) and the search's bounds (max_size + 1)
-  // must not overflow.
+  // The search's bounds (max_size + 1) must not overflow.
   constexpr int64_t kMaxSize = int64_t{1} << 60;
   TORCH_CHECK(
       options.max_size() <= kMaxSize,
@@ -424,16 +429,40 @@ class Problems {
   mutable std::vector<std::vector<int>> first_inputs_;  // (graphs) at first_
 };
 
+/// The sizes step 1 (NOTE: [Fitting a size]) profiles, all in [probe_size,
+/// max_size]. REQUIRES: 1 <= probe_size <= max_size.
+std::vector<int64_t> profile_sizes(const FitSizeOptions& options) {
+  const int64_t n1 = options.probe_size();
+  const int64_t max_size = options.max_size();
+  const int64_t count = options.size_model() == SizeModel::kQuadratic ? 3 : 2;
+  std::vector<int64_t> sizes;
+  if (max_size - n1 < count - 1) {
+    // Fewer sizes in the range than the model needs: every one of them.
+    for (int64_t size = n1; size <= max_size; ++size) {
+      sizes.push_back(size);
+    }
+  } else if (n1 <= (max_size >> (count - 1))) {
+    // n1, 2 n1 [, 4 n1]: in the range (and no overflow).
+    for (int64_t k = 0; k < count; ++k) {
+      sizes.push_back(n1 << k);
+    }
+  } else {
+    // Spread over [n1, max_size]: distinct, since max_size - n1 >= count - 1.
+    const int64_t step = (max_size - n1) / (count - 1);
+    for (int64_t k = 0; k + 1 < count; ++k) {
+      sizes.push_back(n1 + k * step);
+    }
+    sizes.push_back(max_size);
+  }
+  return sizes;
+}
+
 /// Step 1 (NOTE: [Fitting a size]): the model through the chains profiled
-/// at probe_size, twice it and, for kQuadratic, four times it.
+/// at profile_sizes().
 template <typename Problem>
 ChainModel profiled_model(
     const Problems<Problem>& problems, const FitSizeOptions& options) {
-  const int64_t n1 = options.probe_size();
-  std::vector<int64_t> sizes{n1, 2 * n1};
-  if (options.size_model() == SizeModel::kQuadratic) {
-    sizes.push_back(4 * n1);
-  }
+  const std::vector<int64_t> sizes = profile_sizes(options);
   std::vector<planner::Graph> profiled;
   for (const int64_t size : sizes) {
     const Problem problem = problems.at(size);
@@ -703,6 +732,20 @@ std::vector<FitAnswer> fit(
 }
 
 }  // namespace
+
+std::vector<int64_t> fit_profile_sizes(const FitSizeOptions& options) {
+  TORCH_CHECK(
+      options.probe_size() >= 1,
+      "remat::fit_profile_sizes: expected probe_size >= 1, got ",
+      options.probe_size());
+  TORCH_CHECK(
+      options.max_size() >= options.probe_size(),
+      "remat::fit_profile_sizes: expected max_size >= probe_size (",
+      options.probe_size(),
+      "), got ",
+      options.max_size());
+  return profile_sizes(options);
+}
 
 std::vector<FitAnswer> fit_batch(
     const std::function<torch::Tensor(int64_t)>& make_input,

@@ -115,9 +115,31 @@ int finish(const std::string& name, const CommandIo& io) {
   return kExitOk;
 }
 
+/// `argv` with "train" inserted before flags given without a command:
+/// `remat --steps 3` is `remat train --steps 3`. The top level's own flags
+/// (--help, -h, --version) and a first word that is not a flag (a command,
+/// or a typo that gets its suggestion) leave it as it is.
+std::vector<const char*> with_default_command(
+    int argc, const char* const* argv) {
+  std::vector<const char*> arguments(argv, argv + argc);
+  if (argc >= 2) {
+    const std::string first = argv[1];
+    if (first.rfind("-", 0) == 0 && first != "-h" && first != "--help" &&
+        first != "--version") {
+      arguments.insert(arguments.begin() + 1, "train");
+    }
+  }
+  return arguments;
+}
+
 }  // namespace
 
-int run_cli(int argc, const char* const* argv, const CommandIo& io) {
+int run_cli(int argc, const char* const* given_argv, const CommandIo& io) {
+  // Flags without a command are `remat train`'s (docs/cli.md).
+  const std::vector<const char*> arguments =
+      with_default_command(argc, given_argv);
+  argc = static_cast<int>(arguments.size());
+  const char* const* argv = arguments.data();
   CLI::App app(
       "remat: activation checkpointing and memory planning for LibTorch.\n"
       "Train a model under an activation-memory budget, profile it into a "

@@ -9,7 +9,8 @@ namespace remat::cli {
 /// code: 0 ok, 1 usage or input error, 2 infeasible budget. Errors are
 /// printed on io.err as "remat <command>: error: <message>"; --help and
 /// --version print on io.out and return 0. With no subcommand, runs
-/// `remat train` with its defaults (the demo). Never throws, never exits.
+/// `remat train`: with its defaults (the demo), or with the flags given
+/// (`remat --steps 3` is `remat train --steps 3`). Never throws, never exits.
 ///
 /// Example:
 ///   const char* argv[] = {"remat", "plan", "chain.json", "--budget", "50%"};

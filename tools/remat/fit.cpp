@@ -6,17 +6,18 @@
 // --over batch: the chain is the workload's model; inputs of batch b come
 // from a workload made with the same flags and seed but --batch b (the same
 // kind of data). --over seq-len (gpt only): the model has positions up to
-// --max-seq-len (at least 4 --probe-seq-len, the largest profiled length);
+// --max-seq-len (no length above it is profiled: remat::fit_profile_sizes);
 // at length n its stages are models::gpt_stages with the causal mask of n,
 // and the input comes from a workload with --seq n, at the fixed --batch.
 // --over image (unet2d, unet3d): the U-Net's training graph (its stages and
 // the loss, workload.h) at image edges that are multiples of 2^levels:
 // fit_size on the graph over the multiple k (edge = k 2^levels), the
 // quadratic model (2D memory grows with k^2; 3D's k^3 is what the checks
-// correct), probed at k = 1, 2, 4; the strategies none, per-block and
-// optimal.
+// correct), probed at k = 1, 2, 4 (within --max-image); the strategies none,
+// per-block and optimal. The report's header names the sizes profiled.
 #include <algorithm>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 #include <models/gpt.h>
@@ -45,6 +46,9 @@ struct Fitted {
   std::string description;
   /// With a total cap: the model state it includes.
   std::optional<CapState> state;
+  /// The sizes profiled for the cost model (remat::fit_profile_sizes), in
+  /// the units of FitAnswer::size (a batch, a length, an edge).
+  std::vector<int64_t> profiled_sizes;
 };
 
 /// The activation cap (activations + input, fit_batch's units) of `cap`
@@ -104,7 +108,11 @@ Fitted fit_over_batch(const FitCommandOptions& options, const Budget& cap) {
               .max_batch(options.max_batch)
               .max_time_ratio(options.max_time_ratio)),
       workload.description(),
-      state};
+      state,
+      fit_profile_sizes(FitSizeOptions()
+                            .probe_size(options.probe_batch)
+                            .max_size(options.max_batch)
+                            .size_model(SizeModel::kAffine))};
 }
 
 /// The largest edge --over image considers: --max-image, or its default.
@@ -167,9 +175,7 @@ Fitted fit_over_image(const FitCommandOptions& options, const Budget& cap) {
     return GraphFitProblem{
         stages_with_targets(model, data.labels), data.images};
   };
-  std::vector<FitAnswer> answers = fit_size(
-      std::function<GraphFitProblem(int64_t)>(make_problem),
-      cap.budget_bytes(),
+  const FitSizeOptions fit_options =
       FitSizeOptions()
           .probe_size(1)
           .max_size(max_edge / step)
@@ -177,11 +183,23 @@ Fitted fit_over_image(const FitCommandOptions& options, const Budget& cap) {
           .max_time_ratio(options.max_time_ratio)
           .units_of_size([&](int64_t multiple) {
             return image_elements(options, multiple * step);
-          }));
+          });
+  std::vector<FitAnswer> answers = fit_size(
+      std::function<GraphFitProblem(int64_t)>(make_problem),
+      cap.budget_bytes(),
+      fit_options);
   for (FitAnswer& answer : answers) {
     answer.size *= step;  // the edge
   }
-  return {std::move(answers), workload.description(), std::nullopt};
+  std::vector<int64_t> edges = fit_profile_sizes(fit_options);
+  for (int64_t& edge : edges) {
+    edge *= step;
+  }
+  return {
+      std::move(answers),
+      workload.description(),
+      std::nullopt,
+      std::move(edges)};
 }
 
 Fitted fit_over_seq_len(const FitCommandOptions& options, const Budget& cap) {
@@ -197,7 +215,7 @@ Fitted fit_over_seq_len(const FitCommandOptions& options, const Budget& cap) {
         std::to_string(options.max_seq_len));
   }
   ModelFlags model_flags = options.model;
-  model_flags.seq = std::max(options.max_seq_len, 4 * options.probe_seq_len);
+  model_flags.seq = options.max_seq_len;  // no longer length is made
   Workload workload(model_flags, options.seed);
   std::optional<CapState> state;
   const int64_t cap_bytes =
@@ -209,17 +227,17 @@ Fitted fit_over_seq_len(const FitCommandOptions& options, const Budget& cap) {
         models::gpt_stages(workload.model(), models::causal_mask(length)),
         Workload(flags, options.seed).next_batch().inputs};
   };
+  const FitSizeOptions fit_options =
+      FitSizeOptions()
+          .probe_size(options.probe_seq_len)
+          .max_size(options.max_seq_len)
+          .size_model(SizeModel::kQuadratic)
+          .max_time_ratio(options.max_time_ratio);
   return {
-      fit_size(
-          make_problem,
-          cap_bytes,
-          FitSizeOptions()
-              .probe_size(options.probe_seq_len)
-              .max_size(options.max_seq_len)
-              .size_model(SizeModel::kQuadratic)
-              .max_time_ratio(options.max_time_ratio)),
+      fit_size(make_problem, cap_bytes, fit_options),
       workload.description(),
-      state};
+      state,
+      fit_profile_sizes(fit_options)};
 }
 
 }  // namespace
@@ -267,8 +285,8 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
       ->add_option(
           "--probe-batch",
           options.probe_batch,
-          "--over batch: the smaller of the two profiled batches (the other "
-          "is twice it)")
+          "--over batch: the smallest batch considered and the first "
+          "profiled (the other is twice it, or --max-batch if smaller)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   command
@@ -282,8 +300,9 @@ CLI::App* add_fit_command(CLI::App& app, FitCommandOptions& options) {
       ->add_option(
           "--probe-seq-len",
           options.probe_seq_len,
-          "--over seq-len: the smallest of the three profiled lengths (the "
-          "others are 2 and 4 times it)")
+          "--over seq-len: the smallest length considered and the first of "
+          "the three profiled (the others are 2 and 4 times it, or spread up "
+          "to --max-seq-len where that is smaller)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
       ->capture_default_str();
   command
@@ -425,7 +444,9 @@ void render_fit_json(
         {"predicted", state_json(fitted.state->predicted)},
         {"measured", state_json(fitted.state->measured)}};
   }
+  report["profiled_sizes"] = fitted.profiled_sizes;
   report["answers"] = nlohmann::json::array();
+  const FitAnswer& none = fitted.answers.front();
   for (const FitAnswer& answer : fitted.answers) {
     report["answers"].push_back(
         {{"strategy", answer.strategy},
@@ -445,8 +466,11 @@ void render_fit_json(
            {"ms_per_unit", ms_per_unit(options, answer)}}}});
     if (options.max_time_ratio > 0) {
       const measure::RatioInterval& ratio = answer.measured_time_ratio;
+      // Against no checkpointing's answer: undefined where either is 0.
       report["answers"].back()["predicted"]["time_ratio"] =
-          answer.predicted_time_ratio;
+          answer.size > 0 && none.size > 0
+              ? nlohmann::json(answer.predicted_time_ratio)
+              : nlohmann::json(nullptr);
       report["answers"].back()["measured"]["time_ratio"] =
           ratio.rounds == 0 ? nlohmann::json(nullptr)
                             : nlohmann::json{
@@ -458,6 +482,30 @@ void render_fit_json(
     }
   }
   out << report_text(report) << '\n';
+}
+
+/// A "vs none" cell of the text table, `width` columns: the ratio to two
+/// decimals, or "—" where there is none (no checkpointing fits nothing).
+std::string ratio_cell(const std::optional<double>& ratio, int width) {
+  std::ostringstream cell;
+  if (ratio) {
+    cell << std::fixed << std::setprecision(2) << std::setw(width) << *ratio;
+  } else {
+    cell << std::string(static_cast<size_t>(width - 1), ' ') << "—";
+  }
+  return cell.str();
+}
+
+/// "16, 32 and 64": `sizes` for the header.
+std::string size_list(const std::vector<int64_t>& sizes) {
+  std::string list;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (k > 0) {
+      list += k + 1 == sizes.size() ? " and " : ", ";
+    }
+    list += std::to_string(sizes[k]);
+  }
+  return list;
 }
 
 /// Under --max-time-ratio: each answer's time per unit against no
@@ -526,7 +574,6 @@ void render_fit_text(
          << " (activations plus the input, measured; total:SIZE for the "
             "whole step)\n";
   }
-  const OverNames names = over_names(options);
   text << "fit    "
        << (over_batch ? std::string("the batch")
            : options.over == "image"
@@ -535,7 +582,10 @@ void render_fit_text(
                      std::to_string(options.model.batch)
                : "the sequence length, at batch " +
                      std::to_string(options.model.batch))
-       << "\n\n";
+       << '\n';
+  const OverNames names = over_names(options);
+  text << "probes " << names.column << ' ' << size_list(fitted.profiled_sizes)
+       << " (profiled for the cost model)\n\n";
   if (fitted.state) {
     text << "measured and predicted peaks are of the whole step (model state "
             "included)\n";
@@ -566,18 +616,25 @@ void render_fit_text(
                   : "  (not even " + smallest + " fits)\n");
       continue;
     }
+    // Ratios against no checkpointing's answer: none where it is 0.
     const bool relative = none.size > 0;
-    text << std::setw(9) << std::setprecision(2)
-         << (relative ? static_cast<double>(answer.size) / none.size : 0)
+    text << ratio_cell(
+                relative ? std::optional<double>(
+                               static_cast<double>(answer.size) / none.size)
+                         : std::nullopt,
+                9)
          << std::setw(12)
          << format_bytes(answer.measured_peak_bytes + measured_state)
          << std::setw(12)
          << format_bytes(answer.predicted_peak_bytes + predicted_state)
          << std::setw(11) << std::setprecision(4)
-         << ms_per_unit(options, answer) << std::setw(9) << std::setprecision(2)
-         << (relative
-                 ? ms_per_unit(options, answer) / ms_per_unit(options, none)
-                 : 0)
+         << ms_per_unit(options, answer)
+         << ratio_cell(
+                relative ? std::optional<double>(
+                               ms_per_unit(options, answer) /
+                               ms_per_unit(options, none))
+                         : std::nullopt,
+                9)
          << (at_bound ? "  *" : "") << '\n';
   }
   if (options.max_time_ratio > 0 && none.size > 0) {
