@@ -40,9 +40,11 @@
 // place by re-running the writes on a fresh recomputation of what they wrote
 // to (version counters tell which recorded state a tensor is in). Writing a
 // saved tensor in place is refused at backward, as plain autograd refuses it.
-// A tensor from outside the scope that a recorded call used and that is
-// written in place afterwards (not by that call) makes that call's
-// recomputation throw c10::Error naming the operator. A write through an
+// A tensor the scope does not track (made outside it, or by a call it does
+// not record, such as index with a list of tensors) that a recorded call used
+// and that is written in place afterwards (not by that call) makes that
+// call's recomputation throw c10::Error naming the operator; backward at a
+// budget that evicts nothing never recomputes. A write through an
 // alias that has no version counter in common (Tensor::variable_data(), or
 // a tensor's .data in Python terms) is invisible to that check, as it is to
 // autograd's: a recomputation gives the value before such a write, where the

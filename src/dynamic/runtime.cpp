@@ -28,24 +28,9 @@ struct OpenCall {
   // Packs of tensors not known yet (the call's own outputs): resolved when
   // the call returns.
   std::vector<std::shared_ptr<DynamicSaved>> pending;
-  // Unversioned storages it writes (NOTE: [Writes version counters miss]).
-  std::vector<const c10::StorageImpl*> unversioned_writes;
 };
 
 thread_local std::vector<OpenCall> tls_open_calls;
-
-/// Whether a call open on this thread (an enclosing one) writes the
-/// unversioned storage of `tensor`.
-bool written_by_open_call(const at::Tensor& tensor) {
-  const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-  for (const OpenCall& open : tls_open_calls) {
-    const auto& writes = open.unversioned_writes;
-    if (std::find(writes.begin(), writes.end(), storage) != writes.end()) {
-      return true;
-    }
-  }
-  return false;
-}
 
 /// remat's own tensor work (detach, clone, re-runs) is neither recorded nor
 /// seen by a selective region.
@@ -305,8 +290,11 @@ DynamicRuntime::Registered& DynamicRuntime::entry_of(const at::Tensor& tensor) {
 //    fills a noise tensor it made with empty_like just before).
 // Such a storage is marked unversioned before the write (the call may save
 // what it writes): it is no longer looked up, so what is saved or made on it
-// from then on is held as it is (untracked, as a plain run holds it) and a
-// later call that reads it holds it as a constant; its values recorded
+// from then on is held as it is (untracked, as a plain run holds it), and a
+// later call that reads it is not recorded (a constant aliasing the storage
+// would see later writes through any alias; what the call makes is held as
+// it is, like the output of any call the scope does not record); its values
+// recorded
 // before are never evicted (what autograd saved of them is what a plain
 // backward reads), and a re-run that reads one of them recomputes it from
 // its recipe, which gives its recorded state. A write the recording does
@@ -367,7 +355,6 @@ void DynamicRuntime::record_call(
   // that moves marks a write the schema may not declare (LibTorch 1.13's
   // native_batch_norm writes its running statistics without saying so).
   std::vector<std::pair<at::Tensor, int64_t>> argument_versions;
-  std::vector<const c10::StorageImpl*> unversioned_writes;
   const bool random = op.hasTag(at::Tag::nondeterministic_seeded);
   {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
@@ -395,15 +382,13 @@ void DynamicRuntime::record_call(
               (hidden || found->second.own_counters)) {
             mark_unversioned(found->second);
           }
-          if (written && found != registry_.end() &&
+          // A read of an unversioned storage would be held as a constant
+          // aliasing it, which a later write through any alias could change
+          // under a re-run (the copy of `self` an in-place call makes for
+          // its backward is such a read): not recorded, what the call makes
+          // is held as it is.
+          if (!written && found != registry_.end() &&
               found->second.unversioned) {
-            unversioned_writes.push_back(found->first);
-          }
-          // A call inside one that writes this storage and reads it (the
-          // copy of `self` an in-place call saves for its backward) would
-          // be re-run on the storage after the write: not recorded, what it
-          // makes is held as it is.
-          if (written_by_open_call(tensor)) {
             recordable = false;
           }
         }
@@ -450,8 +435,7 @@ void DynamicRuntime::record_call(
     }
   }
 
-  tls_open_calls.push_back(
-      OpenCall{&op, 0, {}, false, {}, std::move(unversioned_writes)});
+  tls_open_calls.push_back(OpenCall{&op, 0, {}, false, {}});
   struct Close {
     ~Close() {
       tls_open_calls.pop_back();

@@ -74,7 +74,7 @@
 // of calls with arguments other than tensors, tensor lists and values without
 // tensors (lists of optional tensors), composite calls that nest a random
 // operator without being tagged themselves. Their saved tensors are held as
-// they are. A constant input (a tensor from outside the scope) written in
+// they are. A constant input (a tensor the scope does not track) written in
 // place after a recorded call used it makes that call's re-run fail.
 #pragma once
 
