@@ -2391,4 +2391,30 @@ TEST(RunCli, TrainStopsAtANonFiniteLoss) {
   EXPECT_NE(huge.err.find("--lr"), std::string::npos) << describe(huge);
 }
 
+// --max-time-ratio is named only where the time limit applied: never for no
+// checkpointing, nor when no checkpointing fits nothing (no reference).
+TEST(RematBinary, FitBlamesTheTimeLimitOnlyWhereItApplied) {
+  const ProcessResult result = run_remat(
+      "fit --over seq-len --cap 1B --batch 2 --probe-seq-len 8 "
+      "--max-seq-len 64 --max-time-ratio 1.3 --threads 1");
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_EQ(result.out.find("--max-time-ratio, from"), std::string::npos)
+      << result.out;
+  EXPECT_NE(
+      result.out.find("(not even --probe-seq-len fits)"), std::string::npos)
+      << result.out;
+}
+
+// What follows `--` is not a flag, so nothing is offered as its spelling.
+TEST(RunCli, NothingAfterADoubleDashIsTakenForAMisspeltFlag) {
+  for (const std::vector<std::string>& arguments :
+       std::vector<std::vector<std::string>>{
+           {"--", "fit"}, {"train", "--", "--steps", "1"}}) {
+    const ProcessResult result = run_in_process(arguments);
+    EXPECT_EQ(result.exit_code, 1) << describe(result);
+    EXPECT_EQ(result.err.find("did you mean"), std::string::npos)
+        << describe(result);
+  }
+}
+
 }  // namespace

@@ -586,4 +586,56 @@ TEST(FitSize, RefusesBadArgumentsNamingTheValue) {
   }
 }
 
+// The top of the int64_t range: every size in a range narrower than the
+// model needs, without stepping past INT64_MAX.
+TEST(FitSize, ProfileSizesReachTheTopOfTheRange) {
+  constexpr int64_t kTop = std::numeric_limits<int64_t>::max();
+  using Sizes = std::vector<int64_t>;
+  for (const auto model :
+       {remat::SizeModel::kAffine, remat::SizeModel::kQuadratic}) {
+    EXPECT_EQ(
+        remat::fit_profile_sizes(
+            remat::FitSizeOptions().size_model(model).probe_size(kTop).max_size(
+                kTop)),
+        (Sizes{kTop}));
+  }
+  EXPECT_EQ(
+      remat::fit_profile_sizes(remat::FitSizeOptions()
+                                   .size_model(remat::SizeModel::kQuadratic)
+                                   .probe_size(kTop - 1)
+                                   .max_size(kTop)),
+      (Sizes{kTop - 1, kTop}));
+}
+
+// Memory that is a step in the size (4 rows below 100, 4000 from 100 on):
+// the model through profiles on the flat part is wrong far from them, and
+// the checks take several rounds. checkpoint_sequential's plans are in the
+// optimal plan's class (each check weighs them on the same profile), so the
+// optimal plan never answers below it, with a time limit or without.
+TEST(FitSize, OptimalNeverAnswersBelowCheckpointSequentialOnAStepInMemory) {
+  const auto stages = residual_stages(3);
+  constexpr int64_t kCap = 1 << 20;  // 4 rows fit, 4000 do not
+  auto make_problem = [&](int64_t size) {
+    return remat::FitProblem{stages, rows(size < 100 ? 4 : 4000)};
+  };
+  for (const double ratio : {0.0, 1.5}) {
+    SCOPED_TRACE("max_time_ratio " + std::to_string(ratio));
+    const auto answers = remat::fit_size(
+        make_problem,
+        kCap,
+        remat::FitSizeOptions()
+            .size_model(remat::SizeModel::kAffine)
+            .probe_size(16)
+            .max_size(4096)
+            .max_time_ratio(ratio));
+    ASSERT_EQ(answers.size(), 3u);
+    EXPECT_GT(answers[1].size, 0);
+    EXPECT_GE(answers[2].size, answers[1].size);
+    for (const auto& answer : answers) {
+      EXPECT_LT(answer.size, 100) << answer.strategy;
+      EXPECT_LE(answer.measured_peak_bytes, kCap) << answer.strategy;
+    }
+  }
+}
+
 }  // namespace

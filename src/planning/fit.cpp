@@ -438,8 +438,9 @@ std::vector<int64_t> profile_sizes(const FitSizeOptions& options) {
   std::vector<int64_t> sizes;
   if (max_size - n1 < count - 1) {
     // Fewer sizes in the range than the model needs: every one of them.
-    for (int64_t size = n1; size <= max_size; ++size) {
-      sizes.push_back(size);
+    // (Counted from n1: size <= max_size would overflow at INT64_MAX.)
+    for (int64_t k = 0; k <= max_size - n1; ++k) {
+      sizes.push_back(n1 + k);
     }
   } else if (n1 <= (max_size >> (count - 1))) {
     // n1, 2 n1 [, 4 n1]: in the range (and no overflow).
@@ -519,14 +520,17 @@ struct Checker {
 
 /// Steps 2 and 3 (NOTE: [Fitting a size]): the largest size in [n1,
 /// max_size] that `strategy` was seen to fit under the cap, searched on the
-/// model and checked; an answer of size 0 when none was.
+/// model and checked; an answer of size 0 when none was. `known_fit` (0:
+/// none) is checked first, a size where a strategy in this one's class was
+/// seen to fit, so the answer is not below it where it fits here too.
 template <typename Problem>
 FitAnswer largest_under_cap(
     const std::string& strategy,
     const ChainModel& model,
     const Checker<Problem>& check,
     int64_t n1,
-    int64_t max_size) {
+    int64_t max_size,
+    int64_t known_fit = 0) {
   const int64_t cap_bytes = check.cap_bytes;
   FitAnswer answer;
   answer.strategy = strategy;
@@ -535,7 +539,16 @@ FitAnswer largest_under_cap(
   ChainModel refined = model;
   int64_t fitted = n1 - 1;
   int64_t failed = max_size + 1;
-  int64_t size = largest_on_model(strategy, refined, n1, max_size, cap_bytes);
+  if (known_fit >= n1 && known_fit <= max_size) {
+    Check result = check(strategy, known_fit);
+    if (result.answer) {
+      answer = std::move(*result.answer);
+      fitted = known_fit;
+      refined = refined.with(known_fit, result.graph);
+    }
+  }
+  int64_t size = largest_on_model(
+      strategy, refined, std::max(n1, fitted), max_size, cap_bytes);
   for (int round = 0; round < kMaxChecks; ++round) {
     if (size <= fitted) {
       // Nothing larger fits on the model: see that the next size does
@@ -695,7 +708,12 @@ std::vector<FitAnswer> fit(
   int64_t contained_size = 0;
   for (const std::string& strategy : Strategies<Problem>::names()) {
     FitAnswer answer = largest_under_cap(
-        strategy, model, check, options.probe_size(), options.max_size());
+        strategy,
+        model,
+        check,
+        options.probe_size(),
+        options.max_size(),
+        strategy == "optimal" ? contained_size : 0);
     if (strategy != "none" && limit > 0 && reference != nullptr &&
         answer.size > 0) {
       const double limit_ms_per_unit =

@@ -83,6 +83,9 @@ std::string suggestion(CLI::App& app, int argc, const char* const* argv) {
   }
   for (int k = 1; k < argc; ++k) {
     const std::string word = argv[k];
+    if (word == "--") {
+      break;  // what follows is not a flag: nothing to be near
+    }
     if (word.rfind("--", 0) == 0) {
       const std::string flag = word.substr(0, word.find('='));
       if (std::find(flags.begin(), flags.end(), flag) != flags.end()) {

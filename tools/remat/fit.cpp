@@ -608,12 +608,15 @@ void render_fit_text(
          << answer.size;
     if (answer.size == 0) {
       const std::string& smallest = names.smallest;
+      // The time limit applies to a checkpointing strategy, and only
+      // against no checkpointing's answer: elsewhere the cap alone said no.
+      const bool limited = options.max_time_ratio > 0 &&
+                           answer.strategy != "none" && none.size > 0;
       text
-          << (options.max_time_ratio > 0
-                  ? "  (none fits within the cap and --max-time-ratio, "
-                    "from " +
-                        smallest + " up)\n"
-                  : "  (not even " + smallest + " fits)\n");
+          << (limited ? "  (none fits within the cap and --max-time-ratio, "
+                        "from " +
+                            smallest + " up)\n"
+                      : "  (not even " + smallest + " fits)\n");
       continue;
     }
     // Ratios against no checkpointing's answer: none where it is 0.
