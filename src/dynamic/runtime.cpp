@@ -294,12 +294,22 @@ DynamicRuntime::Registered& DynamicRuntime::entry_of(const at::Tensor& tensor) {
 // later call that reads it is not recorded (a constant aliasing the storage
 // would see later writes through any alias; what the call makes is held as
 // it is, like the output of any call the scope does not record); its values
-// recorded
-// before are never evicted (what autograd saved of them is what a plain
-// backward reads), and a re-run that reads one of them recomputes it from
-// its recipe, which gives its recorded state. A write the recording does
+// recorded before are never evicted (what autograd saved of them is what a
+// plain backward reads), and a re-run that reads one of them recomputes it
+// from its recipe, which gives its recorded state. A write the recording does
 // not see (grad mode off, a call it cannot record) through an alias with a
 // counter of its own is not caught.
+void DynamicRuntime::note_write(const at::Tensor& tensor, bool hidden) {
+  if (!recordable_tensor(tensor)) {
+    return;
+  }
+  const auto found = registry_.find(tensor.storage().unsafeGetStorageImpl());
+  if (found != registry_.end() && !found->second.unversioned &&
+      (hidden || found->second.own_counters)) {
+    mark_unversioned(found->second);
+  }
+}
+
 void DynamicRuntime::mark_unversioned(Registered& entry) {
   entry.unversioned = true;
   for (const std::shared_ptr<DynamicValue>& value : entry.values) {
@@ -375,13 +385,12 @@ void DynamicRuntime::record_call(
         slot.value = find_or_view(tensor);
         // Before the call, which may save what it writes (NOTE: [Writes
         // version counters miss]).
+        if (written) {
+          note_write(tensor, hidden);
+        }
         if (recordable_tensor(tensor)) {
           const auto found =
               registry_.find(tensor.storage().unsafeGetStorageImpl());
-          if (written && found != registry_.end() &&
-              (hidden || found->second.own_counters)) {
-            mark_unversioned(found->second);
-          }
           // A read of an unversioned storage would be held as a constant
           // aliasing it, which a later write through any alias could change
           // under a re-run (the copy of `self` an in-place call makes for
@@ -444,8 +453,7 @@ void DynamicRuntime::record_call(
   const auto start = std::chrono::steady_clock::now();
   op.redispatchBoxed(below, stack);
   call->cost_ns = std::max<int64_t>(1, elapsed_ns(start));
-  std::vector<at::Tensor>
-      arguments;  // the call's tensors, for note_own_counters
+  std::vector<at::Tensor> arguments;  // for note_own_counters, then let go
   if (recordable) {
     for (size_t j = 0; j < call->slots.size(); ++j) {
       const auto& [tensor, version] = argument_versions[j];
@@ -480,17 +488,13 @@ void DynamicRuntime::record_call(
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   const c10::impl::ExcludeDispatchKeyGuard own_work(own_work_keys());
   if (recordable && open_) {
-    // A write the version counters saw only now (undeclared) on a storage
-    // with counters of its own; then aliases this call made so.
+    // A write only the version counters saw (undeclared), then the aliases
+    // with counters of their own this call made. (`arguments` is let go
+    // before the packs below are tracked: held, its storages could not be
+    // evicted.)
     for (size_t j = 0; j < call->slots.size(); ++j) {
-      const at::Tensor& tensor = arguments[j];
-      if (call->slots[j].written && recordable_tensor(tensor)) {
-        const auto found =
-            registry_.find(tensor.storage().unsafeGetStorageImpl());
-        if (found != registry_.end() && found->second.own_counters &&
-            !found->second.unversioned) {
-          mark_unversioned(found->second);
-        }
+      if (call->slots[j].written) {
+        note_write(arguments[j], /*hidden=*/false);
       }
     }
     note_own_counters(arguments, outputs, declared_aliases);
@@ -521,6 +525,7 @@ void DynamicRuntime::record_call(
       purge_registry();
     }
   }
+  arguments.clear();
   // Tensors the call saved before its outputs were known.
   std::vector<std::shared_ptr<DynamicSaved>> pending =
       std::move(tls_open_calls.back().pending);

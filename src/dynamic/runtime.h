@@ -214,6 +214,10 @@ class DynamicRuntime : public std::enable_shared_from_this<DynamicRuntime> {
   void purge_registry();
   /// The registry's entry for `tensor`'s storage, made if new.
   Registered& entry_of(const at::Tensor& tensor);
+  /// A recorded call writes `tensor`: marks its storage unversioned if the
+  /// write is one its version counters miss (`hidden`, or a storage with
+  /// counters of its own).
+  void note_write(const at::Tensor& tensor, bool hidden);
   /// Marks the values on `entry`'s storage unversioned; the storage is no
   /// longer looked up by version.
   void mark_unversioned(Registered& entry);
