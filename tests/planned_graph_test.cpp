@@ -590,3 +590,113 @@ TEST(PlannedGraph, AnInputGradientTheProfileDidNotMeasureIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+using remat::testing::grads_of;
+
+// Runs `stages` plainly and under every schedule of one way for all stages
+// and of each stage alone recomputed, and checks every parameter gradient
+// and the input's gradient bitwise against the plain run.
+void expect_every_schedule_matches_the_plain_run(
+    const std::vector<remat::GraphStage>& stages,
+    torch::nn::Module& modules,
+    const torch::Tensor& input) {
+  const auto run =
+      [&](const std::function<torch::Tensor(torch::Tensor)>& forward) {
+        for (auto& p : modules.parameters()) {
+          p.mutable_grad() = torch::Tensor();
+        }
+        torch::Tensor x = input.detach().requires_grad_(true);
+        forward(x).pow(2).sum().backward();
+        std::vector<torch::Tensor> grads = grads_of(modules);
+        grads.push_back(x.grad());
+        return grads;
+      };
+  const auto plain =
+      run([&](torch::Tensor x) { return remat::run_graph(stages, x); });
+  const remat::planner::Graph structure = remat::profile_graph(
+      stages,
+      input.detach().requires_grad_(true),
+      remat::ProfileOptions().warmup(0).repeats(1));
+  using remat::planner::StageMode;
+  const auto n = static_cast<size_t>(structure.size());
+  std::vector<std::vector<StageMode>> assignments{
+      std::vector<StageMode>(n, StageMode::kRecord),
+      std::vector<StageMode>(n, StageMode::kCheckpoint),
+      std::vector<StageMode>(n, StageMode::kRecompute)};
+  for (size_t i = 0; i + 1 < n; ++i) {
+    std::vector<StageMode> one(n, StageMode::kRecord);
+    one[i] = StageMode::kRecompute;
+    assignments.push_back(one);
+  }
+  for (const auto& modes : assignments) {
+    const remat::planner::Plan plan =
+        remat::planner::schedule_graph(structure, modes);
+    SCOPED_TRACE(plan.to_string());
+    remat::PlannedGraph net(stages, plan);
+    const auto planned =
+        run([&](torch::Tensor x) { return net->forward(x); });
+    ASSERT_EQ(planned.size(), plain.size());
+    for (size_t k = 0; k < plain.size(); ++k) {
+      EXPECT_TRUE(remat::testing::bitwise_equal(plain[k], planned[k]))
+          << "gradient " << k;
+    }
+  }
+}
+
+// A complex value between stages (a spectral block: FFT, a product in the
+// frequency domain, inverse FFT) carries its gradient as in a plain run:
+// the stages before it are trained too.
+TEST(PlannedGraph, ComplexValuesBetweenStagesCarryTheirGradients) {
+  torch::manual_seed(3);
+  torch::nn::Linear a(6, 6);
+  torch::nn::Linear b(6, 6);
+  torch::nn::ModuleList modules;
+  modules->push_back(a);
+  modules->push_back(b);
+  using In = const std::vector<torch::Tensor>&;
+  const std::vector<remat::GraphStage> stages = {
+      {[a](In in) mutable { return torch::fft::fft(torch::tanh(a(in[0]))); },
+       a.ptr(),
+       {remat::kGraphInput}},
+      {[](In in) { return in[0] * in[0]; }, nullptr, {0}},
+      {[b](In in) mutable {
+         return b(torch::real(torch::fft::ifft(in[0]))) + torch::abs(in[1]);
+       },
+       b.ptr(),
+       {1, 0}},
+  };
+  expect_every_schedule_matches_the_plain_run(
+      stages, *modules, torch::randn({5, 6}));
+}
+
+// A graph input that is a view of a larger storage (a slice of a batch),
+// returned as it is by a stage and read with it by later stages: its
+// gradient is summed as one value, as in a plain run, not over a copy.
+TEST(PlannedGraph, AStageReturningAnInputThatIsAViewSumsItsGradientAsOneValue) {
+  torch::manual_seed(1);
+  torch::nn::Linear a(6, 6);
+  torch::nn::Linear b(6, 6);
+  torch::nn::ModuleList modules;
+  modules->push_back(a);
+  modules->push_back(b);
+  using In = const std::vector<torch::Tensor>&;
+  const std::vector<remat::GraphStage> stages = {
+      {[](In in) { return in[0]; }, nullptr, {remat::kGraphInput}},
+      {[a](In in) mutable { return torch::tanh(a(in[0])) + in[1]; },
+       a.ptr(),
+       {0, remat::kGraphInput}},
+      {[b](In in) mutable { return b(in[0]) * in[1] + in[2]; },
+       b.ptr(),
+       {1, remat::kGraphInput, 0}},
+  };
+  for (int trial = 0; trial < 4; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const torch::Tensor batch = torch::randn({5, 12});
+    expect_every_schedule_matches_the_plain_run(
+        stages, *modules, batch.narrow(1, 0, 6));
+  }
+}
+
+}  // namespace

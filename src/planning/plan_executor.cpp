@@ -263,7 +263,8 @@ class PlanExecution : public BackwardPhase,
             continue;
           }
           leaf = inputs[j].detach();
-          if (leaf.is_floating_point() &&
+          // Complex values carry gradients too (an FFT between stages).
+          if ((leaf.is_floating_point() || leaf.is_complex()) &&
               (alias_[values[j]] > 0 || input_requires_grad_)) {
             leaf.requires_grad_(true);
           }
@@ -682,6 +683,15 @@ torch::Tensor checked_forward(
         "(recomputation, profiling), so it must leave them unchanged: use "
         "the out-of-place operation (mul instead of mul_, ReLU without "
         "inplace), or clone the input first");
+  }
+  // An input returned as it is stays that tensor, even where it is a view
+  // of a larger storage (a graph input narrowed from a batch): it is held
+  // anyway, and a copy would hide that the output is the input (NOTE: [A
+  // stage that returns its input]), summing its gradient apart.
+  for (const torch::Tensor& input : inputs) {
+    if (output.defined() && output.is_same(input)) {
+      return output;
+    }
   }
   return stage_output(std::move(output), index);
 }

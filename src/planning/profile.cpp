@@ -330,7 +330,8 @@ planner::Chain profile_chain(
     const auto index = static_cast<int64_t>(i);
     const detail::StageCall call = detail::call_of(model[i]);
     const std::vector<bool> leaf_requires_grad{
-        input.is_floating_point() && (i > 0 || sample.requires_grad())};
+        (input.is_floating_point() || input.is_complex()) &&
+        (i > 0 || sample.requires_grad())};
     stages.push_back(measure_stage(
         call,
         index,
@@ -389,7 +390,8 @@ planner::Graph profile_graph(
     for (int64_t v : structure.input_values(i)) {
       inputs.push_back(values[v]);
       leaf_requires_grad.push_back(
-          values[v].is_floating_point() && (v > 0 || sample.requires_grad()));
+          (values[v].is_floating_point() || values[v].is_complex()) &&
+          (v > 0 || sample.requires_grad()));
       gradient_bytes += static_cast<int64_t>(values[v].nbytes());
     }
     costs.push_back(measure_stage(
