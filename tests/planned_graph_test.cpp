@@ -635,8 +635,7 @@ void expect_every_schedule_matches_the_plain_run(
         remat::planner::schedule_graph(structure, modes);
     SCOPED_TRACE(plan.to_string());
     remat::PlannedGraph net(stages, plan);
-    const auto planned =
-        run([&](torch::Tensor x) { return net->forward(x); });
+    const auto planned = run([&](torch::Tensor x) { return net->forward(x); });
     ASSERT_EQ(planned.size(), plain.size());
     for (size_t k = 0; k < plain.size(); ++k) {
       EXPECT_TRUE(remat::testing::bitwise_equal(plain[k], planned[k]))
