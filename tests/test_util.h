@@ -61,9 +61,15 @@ inline ::testing::AssertionResult bitwise_equal(
            << expected.scalar_type() << " vs " << actual.sizes() << " "
            << actual.scalar_type();
   }
-  // On the host, so that device tensors compare the same way.
-  auto a = expected.detach().cpu().contiguous();
-  auto b = actual.detach().cpu().contiguous();
+  // On the host, so that device tensors compare the same way; a conjugate
+  // or negative view by its values (its bytes are not), a complex tensor as
+  // its real and imaginary parts.
+  const auto host = [](const torch::Tensor& t) {
+    auto values = t.detach().cpu().resolve_conj().resolve_neg().contiguous();
+    return values.is_complex() ? torch::view_as_real(values) : values;
+  };
+  auto a = host(expected);
+  auto b = host(actual);
   // An empty tensor may have no storage (a null data pointer, which memcmp
   // must not be given even for zero bytes).
   if (a.nbytes() == 0 ||

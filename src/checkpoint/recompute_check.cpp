@@ -66,8 +66,11 @@ bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
     return false;
   }
   c10::NoGradGuard no_grad;
-  auto a_cpu = a.detach().to(at::kCPU).contiguous();
-  auto b_cpu = b.detach().to(at::kCPU).contiguous();
+  // Resolved: the bytes of a conjugate or negative view are not its values.
+  auto a_cpu =
+      a.detach().to(at::kCPU).resolve_conj().resolve_neg().contiguous();
+  auto b_cpu =
+      b.detach().to(at::kCPU).resolve_conj().resolve_neg().contiguous();
   // An empty tensor may have no storage: memcmp must not see its null pointer.
   return a_cpu.nbytes() == 0 ||
          std::memcmp(a_cpu.data_ptr(), b_cpu.data_ptr(), a_cpu.nbytes()) == 0;
