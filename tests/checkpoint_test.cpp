@@ -1086,4 +1086,61 @@ TEST(Checkpoint, WithoutGradModeRunsPlainly) {
   EXPECT_FALSE(y.requires_grad());
 }
 
+TEST(Reentrant, AConstantTheRegionReturnsKeepsItsOwnHistory) {
+  auto x = torch::randn({3}, torch::requires_grad());
+  auto constant = torch::randn({3});
+  auto outs = remat::checkpoint(
+      [constant](const variable_list& in) {
+        return variable_list{in[0] * 2, constant};
+      },
+      {x},
+      CheckpointOptions().mode(Mode::kReentrant));
+  EXPECT_FALSE(constant.requires_grad());
+  EXPECT_EQ(constant.grad_fn(), nullptr);
+  (outs[0].sum() + outs[1].sum()).backward();  // hung before
+  EXPECT_TRUE(bitwise_equal(torch::full({3}, 2.0f), x.grad()));
+  auto other = torch::randn({3}, torch::requires_grad());
+  (other * constant).sum().backward();
+  EXPECT_TRUE(bitwise_equal(constant, other.grad()));
+}
+
+TEST(Reentrant, AnInputTheRegionWritesInPlaceIsRefusedInBackward) {
+  auto x = torch::randn({3}, torch::requires_grad());
+  auto state = torch::ones({3});
+  auto outs = remat::checkpoint(
+      [](const variable_list& in) {
+        in[1].add_(1);
+        return variable_list{in[0] * in[1]};
+      },
+      {x, state},
+      CheckpointOptions().mode(Mode::kReentrant));
+  const std::string message =
+      error_message_of([&] { outs[0].sum().backward(); });
+  EXPECT_NE(message.find("modified its input #1 in place"), std::string::npos)
+      << message;
+  // The recomputation did not write it a second time.
+  EXPECT_TRUE(bitwise_equal(torch::full({3}, 2.0f), state));
+}
+
+TEST(NonReentrant, ValuesCheckComparesConjugateViewsByValue) {
+  auto x = torch::randn({3, 3}, torch::kComplexFloat).requires_grad_();
+  auto y = torch::randn({3, 3}, torch::kComplexFloat).requires_grad_();
+  auto fn = [](const variable_list& in) {
+    return variable_list{(in[0] * in[1].conj()).exp()};  // saves a conj view
+  };
+  auto plain = fn({x, y});
+  plain[0].abs().sum().backward();
+  const auto gx = x.grad().clone();
+  const auto gy = y.grad().clone();
+  x.mutable_grad().reset();
+  y.mutable_grad().reset();
+  auto outs = remat::checkpoint(
+      fn,
+      {x, y},
+      CheckpointOptions().determinism_check(DeterminismCheck::kValues));
+  outs[0].abs().sum().backward();  // reported "not bitwise equal" before
+  EXPECT_TRUE(bitwise_equal(gx, x.grad()));
+  EXPECT_TRUE(bitwise_equal(gy, y.grad()));
+}
+
 }  // namespace

@@ -147,7 +147,8 @@ class FunctionArg {
 /// and everything it captures outside `inputs` is unchanged until backward.
 /// Throws c10::Error if `fn` returns no or undefined tensors, if a
 /// recomputation differs from the forward (see DeterminismCheck), if an input
-/// was modified in place before backward, or (non-reentrant) if another
+/// was modified in place before backward (by `fn` itself too: in backward,
+/// as the recomputation would write it again), or (non-reentrant) if another
 /// autograd engine is installed; with a policy, also if the mode is
 /// kReentrant, or if `fn` calls torch::autograd::grad on what it computed,
 /// or in backward if the recomputation runs other operators than

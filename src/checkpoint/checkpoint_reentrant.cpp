@@ -46,22 +46,23 @@ struct ReentrantState : torch::CustomClassHolder {
   CheckpointOptions options;
   RecomputeContext replay;
   std::vector<TensorRecord> outputs;
+  // The first input the forward of the region modified in place, or -1.
+  int64_t modified_input = -1;
 };
 
 constexpr const char* kStateKey = "remat_state";
 
-/// Replaces each output that requires grad and is not an input by an alias
-/// (detach(): the same storage and version counter). The region runs without
-/// grad, so such an output was not computed by it: a parameter or a tensor
-/// it closes over, returned as it is. The function becomes the grad_fn of
-/// what it returns, so that tensor itself would lose its history (a
-/// parameter would lead every later backward into this function, which
-/// then waits on itself); the alias takes the function's history instead.
+/// Replaces each output that is not an input by an alias (detach(): the same
+/// storage and version counter). The function becomes the grad_fn of what it
+/// returns, so a tensor the region did not compute (a parameter, or any
+/// tensor it closes over, with or without requires_grad) would otherwise lose
+/// its own history: a parameter would lead every later backward into this
+/// function, which then waits on itself, and a constant would come to
+/// require grad, lead later backwards into this function and keep its graph
+/// alive. The region runs without grad, so requires_grad does not tell the
+/// two apart; an alias of a tensor the region computed costs nothing.
 void alias_outputs_made_outside(variable_list& outputs, at::TensorList inputs) {
   for (torch::Tensor& output : outputs) {
-    if (!output.requires_grad()) {
-      continue;
-    }
     const bool is_input =
         std::any_of(inputs.begin(), inputs.end(), [&](const at::Tensor& in) {
           return in.unsafeGetTensorImpl() == output.unsafeGetTensorImpl();
@@ -83,7 +84,20 @@ struct ReentrantCheckpoint
     SelectiveScope suspend_selective(nullptr, nullptr);
     // Casts made here, without grad, must not be reused by the recomputation.
     UncachedAutocast uncached;
+    std::vector<int64_t> versions;
+    versions.reserve(inputs.size());
+    for (const auto& input : inputs) {
+      versions.push_back(version_of(input));
+    }
     variable_list outputs = state->fn(inputs.vec());
+    // An input the region writes in place would be written again by the
+    // recomputation, which would also start from the written value: refused
+    // in backward, as the non-reentrant mode refuses it there.
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (state->modified_input < 0 && version_of(inputs[i]) != versions[i]) {
+        state->modified_input = static_cast<int64_t>(i);
+      }
+    }
     check_outputs(outputs);
     alias_outputs_made_outside(outputs, inputs);
     variable_list non_differentiable;
@@ -114,6 +128,13 @@ struct ReentrantCheckpoint
         "backward(create_graph=true); use Mode::kNonReentrant (the default)");
     auto state = c10::static_intrusive_pointer_cast<ReentrantState>(
         ctx->saved_data.at(kStateKey).toCapsule());
+    TORCH_CHECK(
+        state->modified_input < 0,
+        "remat::checkpoint: the checkpointed function modified its input #",
+        state->modified_input,
+        " in place in the forward; Mode::kReentrant would modify it again when "
+        "recomputing, from the modified value, and give other gradients than "
+        "a plain run. Modify a copy (clone()) instead");
     // Unpacking checks that no input was modified in place since forward.
     variable_list inputs = detach_inputs(ctx->get_saved_variables());
 
