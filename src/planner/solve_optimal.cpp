@@ -19,6 +19,7 @@
 // Not supported: non-chain graphs, offloading, plans that drop a checkpoint
 // before its backward (the op set has no drop).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -402,14 +403,48 @@ std::optional<Plan> solve_optimal_filled_by(
     return store_all;
   }
   check_exact_size("solve_optimal", chain);
+  // The table holds times in float (segment_table.h): a chain whose times
+  // pass float's range would fill it with infinities, which tie, and the
+  // walk would take the first feasible option instead of the fastest.
+  // Scaling every time by one power of two changes no comparison (float
+  // rounding is relative); the plan's times come from simulate() anyway.
+  double total_ms = 0;
+  for (const StageCost& s : chain.stages()) {
+    total_ms += s.forward_ms + s.backward_ms +
+                (s.selective ? s.selective->recompute_ms : 0.0);
+  }
+  total_ms *= static_cast<double>(chain.size() + 1);
+  constexpr double kTableTimeLimit =
+      static_cast<double>(std::numeric_limits<Time>::max()) / 4;
+  if (total_ms > kTableTimeLimit) {
+    const int exponent = std::ilogb(total_ms / kTableTimeLimit) + 1;
+    std::vector<StageCost> stages = chain.stages();
+    for (StageCost& s : stages) {
+      s.forward_ms = std::ldexp(s.forward_ms, -exponent);
+      s.backward_ms = std::ldexp(s.backward_ms, -exponent);
+      if (s.selective) {
+        s.selective->recompute_ms =
+            std::ldexp(s.selective->recompute_ms, -exponent);
+      }
+    }
+    const Chain scaled(
+        std::move(stages), chain.input_bytes(), chain.resident_bytes());
+    return solve_optimal_filled_by(scaled, budget_bytes, options, kind);
+  }
+  // A slot is at least a byte: more slots than the bytes to divide change
+  // nothing (slot_bytes gives one byte either way) but the table check.
+  SolverOptions slot_options = options;
+  slot_options.memory_slots = std::min(
+      options.memory_slots,
+      std::max<int64_t>(1, budget_bytes - chain.base_bytes()));
   const int64_t segments = chain.size() * (chain.size() + 1) / 2;
-  if (segments > kMaxOptimalTableCells / (options.memory_slots + 1)) {
+  if (segments > kMaxOptimalTableCells / (slot_options.memory_slots + 1)) {
     throw std::invalid_argument(
         "remat::planner::solve_optimal: a chain of " +
         std::to_string(chain.size()) + " stages at " +
-        std::to_string(options.memory_slots) +
+        std::to_string(slot_options.memory_slots) +
         " memory slots needs a table of " + std::to_string(segments) + " x " +
-        std::to_string(options.memory_slots + 1) +
+        std::to_string(slot_options.memory_slots + 1) +
         " cells, more than the limit of " +
         std::to_string(kMaxOptimalTableCells) + "; use fewer memory slots");
   }
@@ -425,7 +460,7 @@ std::optional<Plan> solve_optimal_filled_by(
   if (budget_bytes <= chain.base_bytes()) {
     return fastest_that_fits_bytes();
   }
-  SlotDp dp(chain, budget_bytes, options);
+  SlotDp dp(chain, budget_bytes, slot_options);
   if (!dp.fits()) {
     return fastest_that_fits_bytes();
   }

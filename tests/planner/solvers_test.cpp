@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <random>
@@ -231,6 +232,58 @@ TEST(SolveOptimal, StaysWithinTheBudgetWithDefaultSlotsOnLongChains) {
       ASSERT_TRUE(plan.has_value());
       expect_valid_within(chain, *plan, budget);
     }
+  }
+}
+
+// Four stages of 10-byte outputs and 30-byte records, times of 1e38 ms (the
+// chain's total is finite in double, beyond float's range). At 130 bytes the
+// fastest plan recomputes stage 1 only (8.5e38 ms); a table of infinities
+// ties every option and takes the first feasible (R0 R1 C2 ..., 9.25e38 ms).
+TEST(SolveOptimal, IsFastestWhenTimesPassFloatRange) {
+  std::vector<StageCost> stages(4);
+  for (int i = 0; i < 4; ++i) {
+    stages[i].forward_ms = 1e38 * (1 + i % 2);
+    stages[i].backward_ms = 1e38;
+    stages[i].output_bytes = 10;
+    stages[i].saved_bytes = 30;
+  }
+  stages[1].forward_ms = 0.25e38;
+  const Chain chain(stages, 10);
+  const std::optional<Plan> plan = solve_optimal(chain, 130, {130});
+  ASSERT_TRUE(plan.has_value());
+  const Simulation sim = simulate(chain, *plan);
+  ASSERT_TRUE(sim.valid) << sim.error;
+  EXPECT_LE(sim.peak_bytes, 130);
+  EXPECT_DOUBLE_EQ(sim.time_ms, 8.5e38) << plan->to_string();
+  // The same chain with every time divided by 1e38 has the same best plan.
+  for (StageCost& s : stages) {
+    s.forward_ms /= 1e38;
+    s.backward_ms /= 1e38;
+  }
+  const Chain small(stages, 10);
+  const std::optional<Plan> small_plan = solve_optimal(small, 130, {130});
+  ASSERT_TRUE(small_plan.has_value());
+  EXPECT_DOUBLE_EQ(simulate(small, *small_plan).time_ms, 8.5);
+}
+
+// More slots than bytes to divide are one byte each, as many as the bytes:
+// INT64_MAX slots (asking for the exact answer) must neither overflow nor
+// be refused as a table of INT64_MAX columns.
+TEST(SolveOptimal, TakesMoreSlotsThanTheBudgetHasBytes) {
+  const Chain chain(std::vector<StageCost>(3, StageCost{1, 1, 10, 20}), 10);
+  const int64_t store_all = simulate(chain, solve_store_all(chain)).peak_bytes;
+  const std::optional<Plan> exact =
+      solve_optimal(chain, store_all - 1, {store_all});
+  ASSERT_TRUE(exact.has_value());
+  for (int64_t slots :
+       {int64_t{1} << 40,
+        std::numeric_limits<int64_t>::max() - 1,
+        std::numeric_limits<int64_t>::max()}) {
+    SCOPED_TRACE("slots " + std::to_string(slots));
+    std::optional<Plan> plan;
+    ASSERT_NO_THROW(plan = solve_optimal(chain, store_all - 1, {slots}));
+    ASSERT_TRUE(plan.has_value());
+    EXPECT_EQ(*plan, *exact);
   }
 }
 
