@@ -321,6 +321,48 @@ TEST(DynamicRemat, AWriteThroughAViewIsReplayedNotRefused) {
   EXPECT_GT(stats.rematerializations, 0);
 }
 
+/// Saves conjugate and negative views next to the tensors they view: a
+/// conjugate view (h.conj()) and a negative view (imag of a conjugate) share
+/// their base's storage, geometry, dtype and version, and differ from it only
+/// in their bits.
+torch::Tensor conjugate_and_negative_views(const torch::Tensor& x) {
+  torch::Tensor h = x * 1;
+  for (int i = 0; i < 4; ++i) {
+    h = (h * h.conj()).sin() + h;
+    const torch::Tensor im = torch::imag(h.conj());
+    h = torch::complex(torch::real(h) * im, im.sin());
+  }
+  return torch::real(h).sum();
+}
+
+TEST(DynamicRemat, ConjugateAndNegativeViewsMatchThePlainRun) {
+  torch::manual_seed(6);
+  const torch::Tensor x0 = torch::randn({64, 64}, torch::kComplexFloat);
+  const auto grad = [&](std::optional<int64_t> budget,
+                        remat::DynamicRematStats* stats) {
+    torch::Tensor x = x0.clone().requires_grad_(true);
+    std::optional<DynamicRemat> scope;
+    if (budget) {
+      scope.emplace(DynamicRematOptions().budget_bytes(*budget));
+    }
+    conjugate_and_negative_views(x).backward();
+    if (scope) {
+      *stats = scope->stats();
+    }
+    return x.grad().clone();
+  };
+  const torch::Tensor expected = grad(std::nullopt, nullptr);
+  remat::DynamicRematStats loose;
+  EXPECT_TRUE(bitwise_equal(expected, grad(int64_t{1} << 30, &loose)));
+  EXPECT_EQ(loose.evictions, 0);
+  remat::DynamicRematStats tight;
+  const int64_t budget =
+      std::max(loose.tracked_peak_bytes / 3, loose.largest_call_bytes);
+  EXPECT_TRUE(bitwise_equal(expected, grad(budget, &tight)));
+  EXPECT_GT(tight.evictions, 0);
+  EXPECT_GT(tight.rematerializations, 0);
+}
+
 TEST(DynamicRemat, AGraphWithAWriteThroughAViewFreesItsSavedWhenDropped) {
   torch::manual_seed(19);
   const auto x = torch::randn({16, 32});

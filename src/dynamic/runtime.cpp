@@ -47,7 +47,8 @@ bool recordable_tensor(const at::Tensor& tensor) {
 
 bool same_geometry(const DynamicValue& value, const at::Tensor& tensor) {
   return value.storage_offset == tensor.storage_offset() &&
-         value.dtype == tensor.dtype() && tensor.sizes() == value.sizes &&
+         value.dtype == tensor.dtype() && value.is_conj == tensor.is_conj() &&
+         value.is_neg == tensor.is_neg() && tensor.sizes() == value.sizes &&
          tensor.strides() == value.strides;
 }
 
@@ -217,7 +218,10 @@ std::shared_ptr<DynamicValue> DynamicRuntime::find_or_view(
   const int64_t version = version_of(tensor);
   for (auto it = values->rbegin(); it != values->rend(); ++it) {
     const DynamicValue& base = **it;
-    if (base.version != version || base.dtype != tensor.dtype()) {
+    // as_strided keeps the base's conjugate and negative bits: an alias
+    // with other bits is not rebuilt from it.
+    if (base.version != version || base.dtype != tensor.dtype() ||
+        base.is_conj != tensor.is_conj() || base.is_neg != tensor.is_neg()) {
       continue;
     }
     auto call = std::make_shared<DynamicCall>();
@@ -258,6 +262,8 @@ void DynamicRuntime::register_output(
   value->sizes = tensor.sizes().vec();
   value->strides = tensor.strides().vec();
   value->dtype = tensor.dtype();
+  value->is_conj = tensor.is_conj();
+  value->is_neg = tensor.is_neg();
   value->version = version_of(tensor);
   value->materialized_version = value->version;
   value->live =

@@ -23,15 +23,15 @@
 // Each tensor output that is not already known, and that is no alias of a
 // tensor from outside the scope (a transposed weight, a buffer written in
 // place), becomes a `Value`: a recipe (its call and output index), its geometry
-// (storage offset, sizes, strides, dtype) and the version of its storage's
-// version counter. Values are found again by storage, geometry and version,
-// never by TensorImpl: autograd hands pack hooks a detached alias. An alias
-// with no Value of its own (a view made inside a kernel, the base of a view
-// written in place) gets one rebuilt from a Value on its storage at its
-// version (NOTE: [Aliases rebuilt from their storage] in runtime.cpp). Calls
-// nested in a composite call are recorded too; a tensor keeps the Value of
-// the innermost call that produced it (the outer composite's output matches
-// it and adds nothing).
+// (storage offset, sizes, strides, dtype, conjugate and negative bits) and
+// the version of its storage's version counter. Values are found again by
+// storage, geometry and version, never by TensorImpl: autograd hands pack hooks
+// a detached alias. An alias with no Value of its own (a view made inside a
+// kernel, the base of a view written in place) gets one rebuilt from a Value on
+// its storage at its version (NOTE: [Aliases rebuilt from their storage] in
+// runtime.cpp). Calls nested in a composite call are recorded too; a tensor
+// keeps the Value of the innermost call that produced it (the outer composite's
+// output matches it and adds nothing).
 //
 // Tracking. The scope pushes saved-tensor hooks. A pack finds the saved
 // tensor's Value and holds a detached alias of it ("resident"). An operator
@@ -105,6 +105,10 @@ struct DynamicValue {
   int64_t storage_offset = 0;
   std::vector<int64_t> sizes, strides;
   caffe2::TypeMeta dtype;
+  // A conjugate or negative view shares its base's storage and geometry but
+  // not its values: the bits are part of what identifies it.
+  bool is_conj = false;
+  bool is_neg = false;
   int64_t version = 0;  // the version counter right after the call
 
   // The last materialization (the forward's tensor, or a recomputation's),
