@@ -68,7 +68,9 @@ struct FitOptions {
   /// limit. Default: 0.
   TORCH_ARG(double, max_time_ratio) = 0;
   /// The loss of the measured step, from the chain output. Default: the sum
-  /// of the output (in fp32).
+  /// of the output (in fp32). A loss that is not a scalar requiring grad is
+  /// refused by the first measured step with std::invalid_argument (as
+  /// measure::measure_step), naming what it returned.
   TORCH_ARG(std::function<torch::Tensor(const torch::Tensor&)>, loss) = {};
 };
 
@@ -187,7 +189,9 @@ struct FitSizeOptions {
   /// n itself.
   TORCH_ARG(std::function<double(int64_t)>, units_of_size) = {};
   /// The loss of the measured step, from the chain output. Default: the sum
-  /// of the output (in fp32).
+  /// of the output (in fp32). A loss that is not a scalar requiring grad is
+  /// refused by the first measured step with std::invalid_argument (as
+  /// measure::measure_step), naming what it returned.
   TORCH_ARG(std::function<torch::Tensor(const torch::Tensor&)>, loss) = {};
 };
 
